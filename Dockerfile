@@ -1,0 +1,27 @@
+# The same install as the README's `make install`, running `python -m bot` as a
+# non-root user with the configuration mounted at /config and data in /data.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false \
+    ANONYMIZED_TELEMETRY=False \
+    NUMBA_CACHE_DIR=/data/.cache/numba
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY raptor_engine ./raptor_engine
+COPY bot ./bot
+COPY adapters ./adapters
+COPY bench ./bench
+# torch first and pinned: the CPU build; then the project and its pinned majors.
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+ && pip install --no-cache-dir .
+
+RUN useradd --create-home --uid 10001 raptor && mkdir -p /data /config && chown raptor /data
+USER raptor
+VOLUME ["/data"]
+# Mount a configuration and set RAPTOR_CONFIG=/config/config.yaml to use it.
+ENTRYPOINT ["python", "-m", "bot", "--data-dir", "/data"]
+CMD ["demo"]

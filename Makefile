@@ -1,0 +1,39 @@
+# Two commands do all the set-up on a fresh machine (see README.md):
+#   make demo   installs into .venv, then runs the main job on the embedded defaults
+#   make test   installs into .venv, then runs the tests
+# Nothing here needs a network beyond the package registries.
+
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export ANONYMIZED_TELEMETRY := False
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+# torch goes first and pinned: that takes the CPU wheel; an unpinned torch pulls a CUDA build of several GB.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m bot demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m bench.build
+	$(PY) -m bench.query
+	$(PY) -m bench.retrieval
+
+clean:
+	rm -rf $(VENV) .cache data

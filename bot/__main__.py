@@ -1,0 +1,16 @@
+"""Entry point: ``python -m bot``. Sets the process-wide environment before anything heavy loads."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Never reach for a model hub: a missing model must fail at once, not after a minute of time-outs.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+from bot.cli import main  # noqa: E402  (the environment above must be set first)
+
+if __name__ == "__main__":
+    sys.exit(main())

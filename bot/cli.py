@@ -1,0 +1,185 @@
+"""The command line: ``python -m bot COMMAND --channel C ...`` on the configured engine.
+
+Commands: ``ingest``, ``rebuild``, ``ask``, ``retrieve``, ``inspect``,
+``sources``, ``forget`` and ``demo`` (ingest the bundled sample and answer a
+question about it). Errors a person can fix are one line on stderr and exit 1;
+usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from bot.config import Config, load_config
+from bot.errors import BotError
+from bot.progress import TerminalProgress
+from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
+from raptor_engine.errors import RaptorError
+from raptor_engine.retrieval import RetrievalSettings
+from raptor_engine.types import ChannelKey, Hit, RetrievalMode
+
+if TYPE_CHECKING:
+    from raptor_engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+SAMPLE_DOCUMENT = Path(__file__).parent / "samples" / "aurora-handbook.md"
+SAMPLE_QUESTION = "What happens when the on-call engineer cannot be reached?"
+CLI_PLATFORM = "cli"
+CLI_WORKSPACE = "local"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bot", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ["RAPTOR_CONFIG"]) if os.environ.get("RAPTOR_CONFIG") else None,
+        help="YAML configuration (default: $RAPTOR_CONFIG, else built-in defaults)",
+    )
+    parser.add_argument("--data-dir", type=Path, help="where the embedded Chroma lives (default ./data)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        if name != "demo":
+            sub.add_argument("--channel", required=True, help="the channel's name")
+        return sub
+
+    command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
+    command("rebuild", "build the channel's tree from its sources")
+    command("ask", "answer a question with citations").add_argument("question")
+    retrieve = command("retrieve", "print the nodes retrieved for questions")
+    retrieve.add_argument("--mode", choices=[m.value for m in RetrievalMode])
+    retrieve.add_argument("--budget", type=int, help="token budget (default 2000)")
+    retrieve.add_argument("--top-k", type=int, help="at most this many nodes")
+    retrieve.add_argument("--json", action="store_true", help="print JSON (one object per question)")
+    retrieve.add_argument("question", nargs="?", help="the question; without it, one per line from stdin")
+    command("inspect", "tree statistics, or one node").add_argument("--node", help="a node id")
+    command("sources", "list the channel's sources")
+    command("forget", "remove a source and all built from it").add_argument("source", help="source id (or prefix)")
+    command("demo", "ingest the bundled sample and answer a question about it")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
+    """Runs one command; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+        if args.data_dir is not None:
+            config = config.model_copy(update={"data_dir": args.data_dir})
+        return _run(args, config, stdin, stdout)
+    except (RaptorError, BotError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:
+    from bot.composition import build_engine  # imports torch: only once arguments are valid
+
+    engine = build_engine(config)
+    channel = ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, getattr(args, "channel", "demo"))
+    if args.command == "ingest":
+        return _ingest(engine, channel, args.files, stdout)
+    if args.command == "rebuild":
+        progress = TerminalProgress()
+        try:
+            report = asyncio.run(engine.rebuild(channel, progress))
+        finally:
+            progress.close()
+        print(format_report(report), file=stdout)
+    elif args.command == "ask":
+        print(format_answer(asyncio.run(engine.answer(channel, args.question))), file=stdout)
+    elif args.command == "retrieve":
+        _retrieve(engine, channel, args, stdin, stdout)
+    elif args.command == "inspect":
+        text = format_node(engine.node(channel, args.node)) if args.node else format_stats(
+            engine.stats(channel), engine.top_nodes(channel)
+        )
+        print(text, file=stdout)
+    elif args.command == "sources":
+        print(format_sources(engine.sources(channel)), file=stdout)
+    elif args.command == "forget":
+        source = engine.forget(channel, args.source)
+        print(f"Forgot {source.id[:12]} \"{source.title}\" and everything built from it.", file=stdout)
+    elif args.command == "demo":
+        _demo(engine, channel, stdout)
+    return 0
+
+
+def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: TextIO) -> int:
+    """Ingests each file; a refused file is reported and the others still go in."""
+    failures = 0
+    for path in files:
+        try:
+            result = engine.ingest_file(channel, path)
+        except RaptorError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        verb = "already stored" if result.duplicate else f"stored ({result.leaves} excerpts)"
+        print(f"{path}: {verb} as {result.source.id[:12]} \"{result.source.title}\"", file=stdout)
+    return 1 if failures else 0
+
+
+def _retrieve(engine: Engine, channel: ChannelKey, args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    base: RetrievalSettings = engine.settings.retrieval
+    settings = replace(
+        base,
+        mode=RetrievalMode(args.mode) if args.mode else base.mode,
+        budget=args.budget if args.budget is not None else base.budget,
+        top_k=args.top_k if args.top_k is not None else base.top_k,
+    )
+    questions = [args.question] if args.question is not None else (line.strip() for line in stdin)
+    for question in questions:
+        if not question:
+            continue
+        hits = engine.retrieve(channel, question, settings)
+        if args.json:
+            print(json.dumps({"hits": [hit_json(hit) for hit in hits]}, ensure_ascii=False), file=stdout, flush=True)
+        else:
+            for hit in hits:
+                print(f"{hit.score:.3f}  {hit.node.id}  layer {hit.node.layer}  {hit.node.text[:100]!r}", file=stdout)
+            print(file=stdout, flush=True)
+
+
+def hit_json(hit: Hit) -> dict[str, object]:
+    """A hit in the documented JSON shape of ``retrieve --json``."""
+    node = hit.node
+    return {
+        "id": node.id,
+        "layer": node.layer,
+        "score": round(hit.score, 6),
+        "text": node.text,
+        "tokens": node.tokens,
+        "source": {"title": node.title, "link": node.link},
+    }
+
+
+def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
+    result = engine.ingest_file(channel, SAMPLE_DOCUMENT)
+    print(f"Sample document \"{result.source.title}\" in channel '{channel.channel}' ({result.leaves or 'already'} excerpts).", file=stdout)
+    progress = TerminalProgress()
+    try:
+        report = asyncio.run(engine.rebuild(channel, progress))
+    finally:
+        progress.close()
+    print(format_report(report), file=stdout)
+    print(f"\nQ: {SAMPLE_QUESTION}\n", file=stdout)
+    print(format_answer(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
+    print(f"\nAsk your own: python -m bot ask --channel {channel.channel} \"...\"", file=stdout)

@@ -1,0 +1,132 @@
+"""The bot's configuration: YAML plus ``${ENV}`` references, validated with pydantic.
+
+Every section rejects unknown keys, so a misspelt key is an error at start-up
+naming its path, not a silently ignored setting. Secrets are referenced as
+``${NAME}`` and read from the environment; they are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bot.errors import ConfigError
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChromaConfig(_Section):
+    """Where the tree lives: embedded under ``data_dir`` unless a server ``host`` is set."""
+
+    host: str | None = None
+    port: int = Field(default=8000, ge=1, le=65535)
+    ssl: bool = False
+
+
+class EmbedderConfig(_Section):
+    """The sentence-transformers model: a local path or cached name; empty means the packaged all-MiniLM-L6-v2."""
+
+    model: str = ""
+    batch_size: int = Field(default=32, ge=1, le=1024)
+
+
+class ChunkingConfig(_Section):
+    tokens: int = Field(default=100, ge=16, le=512)
+
+
+class FilesConfig(_Section):
+    max_mb: float = Field(default=20.0, gt=0, le=1024)
+
+
+class TreeConfig(_Section):
+    """Clustering and summarising; defaults are the paper's."""
+
+    reduction_dim: int = Field(default=10, ge=2, le=100)
+    max_clusters: int = Field(default=50, ge=2, le=500)
+    membership_threshold: float = Field(default=0.1, gt=0, lt=1)
+    local_neighbors: int = Field(default=10, ge=2, le=200)
+    max_cluster_tokens: int = Field(default=3500, ge=200)
+    summary_tokens: int = Field(default=130, ge=20, le=2000)
+    max_concurrency: int = Field(default=8, ge=1, le=256)
+    seed: int = 224
+
+
+class RetrievalConfig(_Section):
+    mode: Literal["collapsed", "traversal", "leaves"] = "collapsed"
+    budget: int = Field(default=2000, ge=50, le=100_000)
+    top_k: int = Field(default=40, ge=1, le=1000)
+    per_layer: int = Field(default=5, ge=1, le=100)
+
+
+class Config(_Section):
+    """The whole configuration; see ``config.example.yaml`` for every key documented."""
+
+    data_dir: Path = Path("data")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    chroma: ChromaConfig = ChromaConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    files: FilesConfig = FilesConfig()
+    tree: TreeConfig = TreeConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+
+
+def load_config(path: Path | None, environ: dict[str, str] | None = None) -> Config:
+    """Reads, expands and validates a configuration file; no file means all defaults.
+
+    Raises ``ConfigError`` naming the file and the key path of the first problems.
+    """
+    if path is None:
+        return Config()
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    expanded = _expand(raw, os.environ if environ is None else environ, ())
+    try:
+        return Config.model_validate(expanded)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_describe(exc)}") from None
+
+
+def _expand(value: Any, environ: dict[str, str] | os._Environ[str], where: tuple[str, ...]) -> Any:
+    """Replaces ``${NAME}`` in every string by the environment's value; a missing name is an error."""
+    if isinstance(value, dict):
+        return {k: _expand(v, environ, (*where, str(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, environ, (*where, str(i))) for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in environ:
+                raise ConfigError(f"{'.'.join(where)}: the environment variable {name} is not set")
+            return environ[name]
+
+        return _ENV_REFERENCE.sub(lookup, value)
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    """The first few validation problems as ``key.path: message`` (values are not echoed: they may be secrets)."""
+    problems = []
+    for item in error.errors()[:5]:
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        problems.append(f"{path}: {message}")
+    return "; ".join(problems)

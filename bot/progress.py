@@ -1,0 +1,40 @@
+"""Build progress on a terminal: a progress bar per stage, or plain lines when not a terminal."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from raptor_engine.tree import BuildProgress
+
+
+class TerminalProgress:
+    """A ``ProgressCallback`` that draws a tqdm bar on a terminal and prints a line
+    per stage change otherwise (logs, pipes), so progress never floods a file."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self._stream = stream
+        self._interactive = stream.isatty()
+        self._bar = None
+        self._current: tuple[str, int] | None = None
+
+    def __call__(self, event: BuildProgress) -> None:
+        stage = (event.stage, event.layer)
+        if stage != self._current:
+            self.close()
+            self._current = stage
+            label = f"layer {event.layer}: {event.stage}" if event.layer else event.stage
+            if self._interactive:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=event.total, desc=label, file=self._stream, leave=False)
+            else:
+                print(f"{label} ({event.total})", file=self._stream, flush=True)
+        if self._bar is not None:
+            self._bar.n = event.done
+            self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,387 @@
+"""The one facade of the engine: ingest, forget, rebuild, retrieve, answer, inspect.
+
+Everything a caller needs goes through :class:`Engine`; it wires the loaders,
+chunker, embedder, tree builder, summariser, answerer and the Chroma store
+together and keeps the store's invariants (see ``store.py``).
+
+Synchronous methods do blocking work (embedding, Chroma calls): async callers
+should run them in a worker thread. ``rebuild`` and ``answer`` are coroutines
+because summarisers and answerers may call a language model; their CPU-heavy
+stages run in worker threads, so an event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine.chunking import chunk_text
+from raptor_engine.clustering import ClusteringSettings
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.errors import (
+    BuildError,
+    ChannelError,
+    DocumentRejected,
+    NodeNotFound,
+    NothingToBuild,
+    ProviderError,
+    RejectReason,
+)
+from raptor_engine.loaders import DEFAULT_MAX_BYTES, load_bytes, load_file
+from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
+from raptor_engine.retrieval import RetrievalSettings, retrieve
+from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_id, profile_digest
+from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
+from raptor_engine.tree import BuiltTree, ProgressCallback, TreeBuilder
+from raptor_engine.types import (
+    Answer,
+    BuildReport,
+    ChannelKey,
+    Chunk,
+    Document,
+    Hit,
+    Node,
+    NodeView,
+    Source,
+    SourceKind,
+    TreeStats,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Everything tunable in the engine, with the paper's defaults."""
+
+    chunk_tokens: int = 100
+    max_file_bytes: int = DEFAULT_MAX_BYTES
+    summary_tokens: int = DEFAULT_SUMMARY_TOKENS
+    max_concurrency: int = 8
+    clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """A stored source; ``duplicate`` is True when the same content was already there."""
+
+    source: Source
+    duplicate: bool
+    leaves: int
+
+
+class Engine:
+    """RAPTOR trees of many channels over one Chroma store. See the module docstring."""
+
+    def __init__(
+        self,
+        store: ChromaStore,
+        embedder: Embedder,
+        counter: TokenCounter,
+        summarizer: Summarizer,
+        answerer: Answerer,
+        settings: EngineSettings = EngineSettings(),
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._counter = counter
+        self._summarizer = summarizer
+        self._answerer = answerer
+        self.settings = settings
+        self._channels: dict[ChannelKey, ChannelStore] = {}
+        self._leaf_profile = profile_digest(embedder.model_id, f"chunk{settings.chunk_tokens}")
+        self._summary_profile = profile_digest(embedder.model_id)
+
+    @classmethod
+    def offline(cls, store: ChromaStore, settings: EngineSettings = EngineSettings(), model: str = "") -> Engine:
+        """An engine on the offline defaults: a local sentence-transformers model,
+        extractive summaries and extractive answers."""
+        embedder = SentenceTransformerEmbedder(model)
+        counter = embedder.token_counter()
+        summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
+        return cls(store, embedder, counter, summarizer, ExtractiveAnswerer(embedder), settings)
+
+    @property
+    def store(self) -> ChromaStore:
+        return self._store
+
+    def _channel(self, key: ChannelKey) -> ChannelStore:
+        if key not in self._channels:
+            self._channels[key] = self._store.channel(key)
+        return self._channels[key]
+
+    # -- sources -------------------------------------------------------------
+
+    def ingest(self, key: ChannelKey, document: Document) -> IngestResult:
+        """Stores a document as a source of the channel and caches its embedded leaves.
+
+        The same text stored twice is stored once (``duplicate`` is then True).
+        Its excerpts can be retrieved at once; its summaries come with the next
+        rebuild. Raises ``DocumentRejected`` for a text with nothing in it.
+        """
+        text = unicodedata.normalize("NFC", document.text)
+        if not text.strip():
+            raise DocumentRejected(RejectReason.EMPTY, document.title, "there is no text in it")
+        channel = self._channel(key)
+        source_id = hashlib.sha256(text.encode()).hexdigest()
+        existing = channel.get_source(source_id)
+        if existing is not None:
+            return IngestResult(existing, duplicate=True, leaves=0)
+        source = Source(
+            id=source_id,
+            title=document.title,
+            kind=document.kind,
+            link=document.link,
+            added_by=document.added_by,
+            added_at=document.added_at or _now(),
+            chars=len(text),
+            external_id=document.external_id,
+        )
+        # The text goes in first: if anything after fails, the source is kept and
+        # the next rebuild chunks and embeds it again.
+        channel.put_source(source, text)
+        chunks, vectors = self._chunk_and_embed(source_id, text)
+        channel.put_leaves(self._leaf_profile, chunks, vectors)
+        log.info("channel %s: stored source %s (%d leaves)", key, source_id[:12], len(chunks))
+        return IngestResult(source, duplicate=False, leaves=len(chunks))
+
+    def ingest_bytes(
+        self, key: ChannelKey, data: bytes, filename: str, link: str = "", added_by: str = "", external_id: str = ""
+    ) -> IngestResult:
+        """Loads an uploaded file's bytes and ingests it; see :meth:`ingest`."""
+        loaded = load_bytes(data, filename, self.settings.max_file_bytes)
+        document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, "", external_id)
+        return self.ingest(key, document)
+
+    def ingest_file(self, key: ChannelKey, path: Path, added_by: str = "") -> IngestResult:
+        """Loads a local file and ingests it, linked by its ``file://`` URI."""
+        loaded = load_file(path, self.settings.max_file_bytes)
+        link = path.resolve().as_uri()
+        return self.ingest(key, Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by))
+
+    def sources(self, key: ChannelKey) -> list[Source]:
+        """The channel's sources, oldest first."""
+        return self._channel(key).list_sources()
+
+    def find_source(self, key: ChannelKey, reference: str) -> Source:
+        """The source whose id starts with ``reference`` (at least 6 characters) or whose
+        external id equals it. Raises ``ChannelError`` if none or several match."""
+        reference = reference.strip()
+        sources = self.sources(key)
+        matches = [s for s in sources if reference and s.external_id == reference]
+        if not matches and len(reference) >= 6:
+            matches = [s for s in sources if s.id.startswith(reference.lower())]
+        if not matches:
+            raise ChannelError(f"no source {reference!r} in this channel (list them with 'sources')")
+        if len(matches) > 1:
+            raise ChannelError(f"{reference!r} matches {len(matches)} sources; give more of its id")
+        return matches[0]
+
+    def forget(self, key: ChannelKey, reference: str) -> Source:
+        """Removes a source and everything built from it: its text, its leaves, and
+        every node of the stored trees that covers it. Returns the removed source."""
+        source = self.find_source(key, reference)
+        channel = self._channel(key)
+        channel.delete_source(source.id)
+        removed = channel.remove_source_from_trees(source.id)
+        log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
+        return source
+
+    # -- building ------------------------------------------------------------
+
+    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None) -> BuildReport:
+        """Builds a new tree from the channel's sources and switches to it in one step.
+
+        Leaves of sources seen before are reused, not re-embedded; summaries of
+        clusters whose members are unchanged come from the cache. If anything
+        fails, the previous tree keeps being served and ``BuildError`` says why.
+        Raises ``NothingToBuild`` for a channel without sources.
+        """
+        channel = self._channel(key)
+        sources = channel.list_sources()
+        if not sources:
+            raise NothingToBuild("this channel has no sources yet: add a file or pin a message first")
+        version = channel.next_version()
+        stages: dict[str, float] = {}
+        try:
+            leaves, vectors, embedded = await self._leaves(channel, sources, stages)
+            builder = TreeBuilder(
+                self._embedder, self._summarizer, self._counter, self.settings.clustering,
+                self.settings.max_concurrency, progress,
+            )
+            built = await builder.build(leaves, vectors, _SummaryCacheView(channel, self._summary_profile))
+            stages.update(built.stage_seconds)
+            started = time.perf_counter()
+            state = await asyncio.to_thread(self._publish, channel, version, sources, built)
+            stages["store"] = time.perf_counter() - started
+        except ProviderError as exc:
+            channel.drop_stale_trees()
+            raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
+        log.info("channel %s: built tree v%d %s", key, version, state.nodes_per_layer)
+        return BuildReport(
+            version=version,
+            sources=len(sources),
+            leaves=len(leaves),
+            nodes_per_layer=state.nodes_per_layer,
+            stage_seconds=stages,
+            leaves_embedded=embedded,
+            leaves_reused=len(leaves) - embedded,
+            summaries_made=built.summaries_made,
+            summaries_reused=built.summaries_reused,
+            built_at=state.built_at,
+        )
+
+    async def _leaves(
+        self, channel: ChannelStore, sources: list[Source], stages: dict[str, float]
+    ) -> tuple[list[Node], np.ndarray, int]:
+        """Leaf nodes of every source with their vectors, and how many were embedded now."""
+        started = time.perf_counter()
+        cached = await asyncio.to_thread(channel.cached_leaves, self._leaf_profile, [s.id for s in sources])
+        stages["load"] = time.perf_counter() - started
+        nodes: list[Node] = []
+        rows: list[np.ndarray] = []
+        embedded = 0
+        for source in sources:
+            if source.id not in cached:
+                text = await asyncio.to_thread(channel.source_text, source.id)
+                chunks, vectors = await asyncio.to_thread(self._chunk_and_embed, source.id, text, stages)
+                await asyncio.to_thread(channel.put_leaves, self._leaf_profile, chunks, vectors)
+                cached[source.id] = (chunks, vectors)
+                embedded += len(chunks)
+            chunks, vectors = cached[source.id]
+            nodes.extend(_leaf_node(chunk, source) for chunk in chunks)
+            rows.append(vectors)
+        return nodes, np.vstack(rows).astype(np.float32), embedded
+
+    def _chunk_and_embed(
+        self, source_id: str, text: str, stages: dict[str, float] | None = None
+    ) -> tuple[list[Chunk], np.ndarray]:
+        started = time.perf_counter()
+        chunks = chunk_text(text, source_id, self._counter, self.settings.chunk_tokens)
+        chunked = time.perf_counter()
+        vectors = self._embedder.embed([chunk.text for chunk in chunks])
+        if stages is not None:
+            stages["chunk"] = stages.get("chunk", 0.0) + chunked - started
+            stages["embed"] = stages.get("embed", 0.0) + time.perf_counter() - chunked
+        return chunks, vectors
+
+    def _publish(self, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree) -> TreeState:
+        """Writes the built tree beside the served one, then switches to it."""
+        channel.write_tree(version, built.nodes, built.embeddings)
+        if built.new_summaries and built.new_summary_embeddings is not None:
+            channel.put_summaries(self._summary_profile, built.new_summaries, built.new_summary_embeddings)
+        state = TreeState(
+            version=version,
+            built_at=_now(),
+            embedder_id=self._embedder.model_id,
+            source_ids=tuple(s.id for s in sources),
+            nodes_per_layer=built.nodes_per_layer(),
+        )
+        channel.switch_to(state)
+        channel.prune_summaries(self._summary_profile, built.used_keys)
+        return state
+
+    # -- questions -----------------------------------------------------------
+
+    def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> list[Hit]:
+        """The nodes that best answer ``question``, best first, within the token budget."""
+        settings = settings or self.settings.retrieval
+        channel = self._channel(key)
+        state = channel.live_state()
+        if state is not None and state.embedder_id != self._embedder.model_id:
+            raise ChannelError(
+                f"this channel's tree was built with the embedding model {state.embedder_id!r} but "
+                f"{self._embedder.model_id!r} is configured now: rebuild the channel"
+            )
+        sources = {s.id: s for s in channel.list_sources()}
+        pending = [sid for sid in sources if state is None or sid not in state.source_ids]
+        vector = self._embedder.embed([question])[0]
+        hits = retrieve(channel, state, pending, self._leaf_profile, vector, settings)
+        return [_titled(hit, sources) for hit in hits]
+
+    async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
+        """An answer to ``question`` from the channel's material, citing the nodes it used."""
+        hits = await asyncio.to_thread(self.retrieve, key, question, settings)
+        return await self._answerer.answer(question, hits)
+
+    # -- inspecting ------------------------------------------------------------
+
+    def stats(self, key: ChannelKey) -> TreeStats:
+        """The served tree's version, size per layer, and how many sources wait for a rebuild."""
+        channel = self._channel(key)
+        state = channel.live_state()
+        source_ids = {s.id for s in channel.list_sources()}
+        if state is None:
+            return TreeStats(key, 0, "", len(source_ids), {}, len(source_ids))
+        pending = len(source_ids.symmetric_difference(state.source_ids))
+        return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending)
+
+    def node(self, key: ChannelKey, node_id: str) -> NodeView:
+        """A node of the served tree with its children and parents. Raises ``NodeNotFound``."""
+        channel = self._channel(key)
+        state = channel.live_state()
+        found = channel.get_nodes(state.version, [node_id]) if state else []
+        if not found:
+            raise NodeNotFound(f"no node {node_id!r} in this channel's tree")
+        node = found[0]
+        children = channel.get_nodes(state.version, node.children) if state else []
+        parents = channel.get_nodes(state.version, node.parents) if state else []
+        return NodeView(node, tuple(children), tuple(parents))
+
+    def top_nodes(self, key: ChannelKey, limit: int = 5) -> list[Node]:
+        """The nodes of the served tree's highest layer (the root first), at most ``limit``."""
+        channel = self._channel(key)
+        state = channel.live_state()
+        if state is None or not state.nodes_per_layer:
+            return []
+        top = max(state.nodes_per_layer)
+        return channel.list_layer(state.version, top, limit)
+
+
+class _SummaryCacheView:
+    """The channel's summary cache seen as the builder's ``SummaryCache``."""
+
+    def __init__(self, channel: ChannelStore, profile: str) -> None:
+        self._channel = channel
+        self._profile = profile
+
+    def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
+        return self._channel.cached_summaries(self._profile, keys)
+
+
+def _leaf_node(chunk: Chunk, source: Source) -> Node:
+    return Node(
+        id=leaf_id(chunk.source_id, chunk.ordinal),
+        layer=0,
+        text=chunk.text,
+        tokens=chunk.tokens,
+        source_ids=(source.id,),
+        title=source.title,
+        link=source.link,
+        ordinal=chunk.ordinal,
+        start=chunk.start,
+        end=chunk.end,
+    )
+
+
+def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:
+    """Fills in the title and link of hits from sources not yet in the tree."""
+    if hit.node.title or not hit.node.source_ids or hit.node.source_ids[0] not in sources:
+        return hit
+    source = sources[hit.node.source_ids[0]]
+    return replace(hit, node=replace(hit.node, title=source.title, link=source.link))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

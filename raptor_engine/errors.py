@@ -1,0 +1,81 @@
+"""The errors raised by ``raptor_engine``, as one tree.
+
+Every error this package raises on purpose derives from :class:`RaptorError`;
+errors of the libraries underneath (Chroma, pypdf, sentence-transformers, ...)
+are translated where they enter, so a caller needs to catch only this tree::
+
+    RaptorError
+    ├── DocumentRejected      a file could not become a source (says which and why)
+    ├── ChannelError          the request does not fit the channel's state
+    │   ├── NothingToBuild    the channel has no sources
+    │   └── NodeNotFound      no node with that id in the channel's tree
+    ├── BuildError            a rebuild stopped; the previous tree still serves
+    ├── ProviderError         an embedder, summariser or answerer failed
+    └── StoreError            the Chroma store failed
+        └── StoreUnavailable  the Chroma store cannot be reached at all
+
+Messages are written for the person who caused them: one sentence, no
+traceback needed to understand it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class RaptorError(Exception):
+    """Base of every error raised on purpose by ``raptor_engine``."""
+
+
+class RejectReason(str, Enum):
+    """Why a file could not become a source."""
+
+    UNSUPPORTED_TYPE = "unsupported file type"
+    EMPTY = "empty file"
+    BINARY = "binary content"
+    CORRUPT = "corrupt file"
+    ENCRYPTED = "encrypted file"
+    TOO_LARGE = "file too large"
+    NO_TEXT = "no text found"
+
+
+class DocumentRejected(RaptorError):
+    """A file was refused as a source; nothing was stored.
+
+    ``reason`` is the machine-readable cause, ``filename`` the file's name and
+    ``detail`` a human explanation (what was expected, what was found).
+    """
+
+    def __init__(self, reason: RejectReason, filename: str, detail: str) -> None:
+        self.reason = reason
+        self.filename = filename
+        self.detail = detail
+        super().__init__(f"{filename}: {reason.value}: {detail}")
+
+
+class ChannelError(RaptorError):
+    """The request does not fit the channel's current state."""
+
+
+class NothingToBuild(ChannelError):
+    """A rebuild was asked of a channel that has no sources."""
+
+
+class NodeNotFound(ChannelError):
+    """No node with the given id exists in the channel's served tree."""
+
+
+class BuildError(RaptorError):
+    """A rebuild stopped before switching over; the previous tree still serves."""
+
+
+class ProviderError(RaptorError):
+    """An embedder, summariser or answerer failed to produce its output."""
+
+
+class StoreError(RaptorError):
+    """The Chroma store failed while reading or writing."""
+
+
+class StoreUnavailable(StoreError):
+    """The Chroma store cannot be reached (server down, path unusable)."""

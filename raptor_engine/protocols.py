@@ -1,0 +1,81 @@
+"""The one-method protocols the engine depends on, so providers can be swapped.
+
+An offline default implements each (sentence-transformers, extractive
+summaries and answers); a language-model endpoint can implement them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from raptor_engine.types import Answer, Hit
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens the way the embedding model sees them."""
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``, without special tokens."""
+        ...
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Tokens in each of ``texts``; one batched call."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.
+
+    ``model_id`` names the model (stored with every tree, so that a channel is
+    never queried with another model than the one it was built with).
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised float32 row per text, in order. Batches internally.
+
+        Raises ``ProviderError`` when the model fails.
+        """
+        ...
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Writes the text of a summary node from its members' texts.
+
+    ``identity`` names the model and prompt; a summary is cached under a hash of
+    its members' texts and this identity. Calls may run concurrently.
+    """
+
+    @property
+    def identity(self) -> str: ...
+
+    async def summarize(self, texts: Sequence[str]) -> str:
+        """A summary of ``texts`` (never empty). Raises ``ProviderError`` on failure."""
+        ...
+
+
+@runtime_checkable
+class Answerer(Protocol):
+    """Answers a question from retrieved nodes, citing them."""
+
+    @property
+    def identity(self) -> str: ...
+
+    async def answer(self, question: str, hits: Sequence[Hit]) -> Answer:
+        """An answer citing ``hits`` by number (1-based, in the order given).
+
+        When ``hits`` hold nothing relevant, ``Answer.found`` is False and the
+        text says so. Raises ``ProviderError`` on failure.
+        """
+        ...

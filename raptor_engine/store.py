@@ -1,0 +1,576 @@
+"""Chroma storage of channels: sources, caches and versioned trees.
+
+Each channel owns its own collections, named from a digest of its
+:class:`ChannelKey`, so a query of one channel cannot reach another's nodes:
+
+- ``rc-<digest>-src``          the sources' text, in segments (rebuilds need nothing else)
+- ``rc-<digest>-leaf-<prof>``  chunks of each source with their embeddings, per
+                               embedding model and chunk size (the leaf cache)
+- ``rc-<digest>-sum-<prof>``   summaries by content hash of their cluster (the summary cache)
+- ``rc-<digest>-t<version>``   one complete tree per build version
+- ``rc-<digest>-meta``         one record naming the version that is served
+
+A rebuild writes a whole new ``t<version>`` beside the served one and then
+switches by rewriting the single ``meta`` record: one write, so a crash leaves
+either the old tree or the new one served, never a mixture. The previous
+version is kept until the next switch so a reader that has just looked up the
+old version can still finish its query.
+
+Embeddings are always passed explicitly: Chroma's default embedding function
+downloads a model, which fails offline. Chroma's errors are translated into
+:class:`~raptor_engine.errors.StoreError` here, where they enter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
+from raptor_engine.types import ChannelKey, Chunk, Hit, Node, Source, SourceKind
+
+log = logging.getLogger(__name__)
+
+REGISTRY_COLLECTION = "rc-channels"
+SEGMENT_CHARS = 100_000  # source text is stored in segments of this many characters
+_PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
+_COSINE = {"hnsw": {"space": "cosine"}}
+_TREE_NAME = re.compile(r"^rc-(?P<digest>[0-9a-f]{24})-t(?P<version>\d+)$")
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action."""
+    try:
+        yield
+    except RaptorError:
+        raise
+    except (ConnectionError, TimeoutError) as exc:
+        raise StoreUnavailable(f"the Chroma store cannot be reached ({action}): {exc}") from exc
+    except Exception as exc:  # Chroma raises many types (ChromaError, httpx, ValueError)
+        if type(exc).__module__.startswith("httpx"):
+            raise StoreUnavailable(f"the Chroma store cannot be reached ({action}): {exc}") from exc
+        raise StoreError(f"the Chroma store failed ({action}): {exc}") from exc
+
+
+def channel_digest(key: ChannelKey) -> str:
+    """A stable 24-hex-digit digest of a channel key, valid in collection names."""
+    raw = "\x1f".join((key.platform, key.workspace, key.channel)).encode()
+    return hashlib.sha256(raw).hexdigest()[:24]
+
+
+def profile_digest(*parts: str) -> str:
+    """An 8-hex-digit digest naming a cache profile (embedding model, chunk size)."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeState:
+    """What is served for a channel: which tree version, built how and from what."""
+
+    version: int
+    built_at: str
+    embedder_id: str
+    source_ids: tuple[str, ...]
+    nodes_per_layer: dict[int, int]
+
+
+class ChromaStore:
+    """The Chroma database holding every channel; hands out one :class:`ChannelStore` each."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    @classmethod
+    def embedded(cls, path: Path) -> ChromaStore:
+        """Chroma embedded in this process, persisted under ``path``."""
+        import chromadb
+        from chromadb.config import Settings
+
+        with _translated(f"opening {path}"):
+            path.mkdir(parents=True, exist_ok=True)
+            client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
+        return cls(client)
+
+    @classmethod
+    def remote(cls, host: str, port: int, ssl: bool = False) -> ChromaStore:
+        """A Chroma server (``chroma run`` or hosted) reached over HTTP."""
+        import chromadb
+        from chromadb.config import Settings
+
+        try:
+            client = chromadb.HttpClient(
+                host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
+            )
+            client.heartbeat()
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot reach the Chroma server at {host}:{port}: {exc}") from exc
+        return cls(client)
+
+    def channel(self, key: ChannelKey) -> ChannelStore:
+        """The store of one channel; registers the channel on first use."""
+        digest = channel_digest(key)
+        with _translated("registering the channel"):
+            registry = self._client.get_or_create_collection(REGISTRY_COLLECTION, embedding_function=None)
+            if not registry.get(ids=[digest], include=[])["ids"]:
+                registry.upsert(
+                    ids=[digest],
+                    embeddings=[_PLACEHOLDER],
+                    metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
+                )
+        return ChannelStore(self._client, key, digest)
+
+    def channels(self) -> list[ChannelKey]:
+        """Every channel that has ever been used, in a stable order."""
+        with _translated("listing channels"):
+            registry = self._client.get_or_create_collection(REGISTRY_COLLECTION, embedding_function=None)
+            metadatas = registry.get(include=["metadatas"])["metadatas"] or []
+        keys = [ChannelKey(str(m["platform"]), str(m["workspace"]), str(m["channel"])) for m in metadatas]
+        return sorted(keys, key=str)
+
+
+class ChannelStore:
+    """All storage of one channel. Methods raise ``StoreError`` on Chroma failures."""
+
+    def __init__(self, client: Any, key: ChannelKey, digest: str) -> None:
+        self._client = client
+        self.key = key
+        self._prefix = f"rc-{digest}"
+        self._digest = digest
+
+    # -- collections -------------------------------------------------------
+
+    def _collection(self, suffix: str, cosine: bool = False) -> Any:
+        return self._client.get_or_create_collection(
+            f"{self._prefix}-{suffix}", embedding_function=None, configuration=_COSINE if cosine else None
+        )
+
+    def _tree(self, version: int) -> Any:
+        return self._client.get_collection(f"{self._prefix}-t{version}", embedding_function=None)
+
+    def _tree_versions(self) -> list[int]:
+        names = [getattr(c, "name", c) for c in self._client.list_collections()]
+        versions = []
+        for name in names:
+            match = _TREE_NAME.match(str(name))
+            if match and match["digest"] == self._digest:
+                versions.append(int(match["version"]))
+        return sorted(versions)
+
+    # -- sources -----------------------------------------------------------
+
+    def put_source(self, source: Source, text: str) -> None:
+        """Stores a source's text and description in one write."""
+        segments = [text[i : i + SEGMENT_CHARS] for i in range(0, len(text), SEGMENT_CHARS)] or [""]
+        metadatas: list[dict[str, Any]] = [{"source_id": source.id, "segment": i} for i in range(len(segments))]
+        metadatas[0].update(_source_metadata(source), segments=len(segments))
+        with _translated("storing a source"):
+            self._collection("src").upsert(
+                ids=[f"{source.id}#{i}" for i in range(len(segments))],
+                documents=segments,
+                metadatas=metadatas,
+                embeddings=[_PLACEHOLDER] * len(segments),
+            )
+
+    def get_source(self, source_id: str) -> Source | None:
+        """The source with this id, or None."""
+        with _translated("reading a source"):
+            got = self._collection("src").get(ids=[f"{source_id}#0"], include=["metadatas"])
+        metadatas = got["metadatas"] or []
+        return _source_from_metadata(metadatas[0]) if metadatas else None
+
+    def list_sources(self) -> list[Source]:
+        """Every source of the channel, oldest first."""
+        with _translated("listing sources"):
+            got = self._collection("src").get(where={"segment": 0}, include=["metadatas"])
+        sources = [_source_from_metadata(m) for m in got["metadatas"] or []]
+        return sorted(sources, key=lambda s: (s.added_at, s.id))
+
+    def source_text(self, source_id: str) -> str:
+        """The full text of a stored source."""
+        with _translated("reading a source's text"):
+            got = self._collection("src").get(where={"source_id": source_id}, include=["documents", "metadatas"])
+        parts = sorted(zip(got["metadatas"] or [], got["documents"] or []), key=lambda p: int(p[0]["segment"]))
+        return "".join(document for _, document in parts)
+
+    def delete_source(self, source_id: str) -> None:
+        """Removes a source's text and its cached leaves."""
+        with _translated("deleting a source"):
+            self._collection("src").delete(where={"source_id": source_id})
+            for collection in self._cache_collections("leaf"):
+                collection.delete(where={"source_id": source_id})
+            for collection in self._cache_collections("sum"):
+                collection.delete(where={"sources": {"$contains": source_id}})
+
+    def _cache_collections(self, kind: str) -> list[Any]:
+        names = [str(getattr(c, "name", c)) for c in self._client.list_collections()]
+        wanted = [n for n in names if n.startswith(f"{self._prefix}-{kind}-")]
+        return [self._client.get_collection(n, embedding_function=None) for n in wanted]
+
+    # -- leaf cache --------------------------------------------------------
+
+    def put_leaves(self, profile: str, chunks: Sequence[Chunk], embeddings: np.ndarray) -> None:
+        """Caches a source's chunks with their embeddings under a profile."""
+        if not chunks:
+            return
+        collection = self._collection(f"leaf-{profile}", cosine=True)
+        with _translated("caching leaves"):
+            for start, end in _batches(len(chunks), self._client.get_max_batch_size()):
+                part = chunks[start:end]
+                collection.upsert(
+                    ids=[f"{c.source_id}:{c.ordinal}" for c in part],
+                    documents=[c.text for c in part],
+                    metadatas=[_chunk_metadata(c) for c in part],
+                    embeddings=embeddings[start:end],
+                )
+
+    def cached_leaves(self, profile: str, source_ids: Sequence[str]) -> dict[str, tuple[list[Chunk], np.ndarray]]:
+        """The cached chunks and embeddings of those sources that have them, by source id."""
+        if not source_ids:
+            return {}
+        collection = self._collection(f"leaf-{profile}", cosine=True)
+        with _translated("reading cached leaves"):
+            got = collection.get(
+                where={"source_id": {"$in": list(source_ids)}},
+                include=["documents", "metadatas", "embeddings"],
+            )
+        grouped: dict[str, list[tuple[Chunk, np.ndarray]]] = {}
+        for document, metadata, vector in zip(got["documents"], got["metadatas"], got["embeddings"]):
+            chunk = _chunk_from(document, metadata)
+            grouped.setdefault(chunk.source_id, []).append((chunk, np.asarray(vector, dtype=np.float32)))
+        result = {}
+        for source_id, pairs in grouped.items():
+            pairs.sort(key=lambda p: p[0].ordinal)
+            result[source_id] = ([c for c, _ in pairs], np.vstack([v for _, v in pairs]))
+        return result
+
+    def query_leaves(self, profile: str, vector: np.ndarray, source_ids: Sequence[str], n: int) -> list[Hit]:
+        """The cached leaves of the given sources nearest to ``vector`` (for sources not yet built)."""
+        if not source_ids or n <= 0:
+            return []
+        collection = self._collection(f"leaf-{profile}", cosine=True)
+        with _translated("searching new sources"):
+            got = collection.query(
+                query_embeddings=[vector],
+                n_results=n,
+                where={"source_id": {"$in": list(source_ids)}},
+                include=["documents", "metadatas", "distances"],
+            )
+        hits = []
+        for document, metadata, distance in zip(got["documents"][0], got["metadatas"][0], got["distances"][0]):
+            chunk = _chunk_from(document, metadata)
+            node = Node(
+                id=leaf_id(chunk.source_id, chunk.ordinal),
+                layer=0,
+                text=chunk.text,
+                tokens=chunk.tokens,
+                source_ids=(chunk.source_id,),
+                ordinal=chunk.ordinal,
+                start=chunk.start,
+                end=chunk.end,
+            )
+            hits.append(Hit(node=node, score=1.0 - float(distance)))
+        return hits
+
+    # -- summary cache -----------------------------------------------------
+
+    def cached_summaries(self, profile: str, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
+        """Cached summary texts and embeddings by cache key, for the keys that have one."""
+        if not keys:
+            return {}
+        collection = self._collection(f"sum-{profile}", cosine=True)
+        with _translated("reading cached summaries"):
+            got = collection.get(ids=list(keys), include=["documents", "embeddings"])
+        return {
+            key: (document, np.asarray(vector, dtype=np.float32))
+            for key, document, vector in zip(got["ids"], got["documents"], got["embeddings"])
+        }
+
+    def put_summaries(
+        self, profile: str, entries: Sequence[tuple[str, str, Sequence[str]]], embeddings: np.ndarray
+    ) -> None:
+        """Caches summaries as (key, text, source ids) with their embeddings."""
+        if not entries:
+            return
+        collection = self._collection(f"sum-{profile}", cosine=True)
+        with _translated("caching summaries"):
+            for start, end in _batches(len(entries), self._client.get_max_batch_size()):
+                part = entries[start:end]
+                collection.upsert(
+                    ids=[key for key, _, _ in part],
+                    documents=[text for _, text, _ in part],
+                    metadatas=[{"sources": list(sources)} for _, _, sources in part],
+                    embeddings=embeddings[start:end],
+                )
+
+    def prune_summaries(self, profile: str, keep: set[str]) -> None:
+        """Drops cached summaries not in ``keep`` (those no served tree uses)."""
+        collection = self._collection(f"sum-{profile}", cosine=True)
+        with _translated("pruning cached summaries"):
+            stale = [key for key in collection.get(include=[])["ids"] if key not in keep]
+            for start, end in _batches(len(stale), self._client.get_max_batch_size()):
+                collection.delete(ids=stale[start:end])
+
+    # -- trees -------------------------------------------------------------
+
+    def live_state(self) -> TreeState | None:
+        """The served tree's state, or None if no tree was ever built."""
+        with _translated("reading the tree state"):
+            got = self._collection("meta").get(ids=["state"], include=["metadatas"])
+        if not got["metadatas"]:
+            return None
+        meta = got["metadatas"][0]
+        return TreeState(
+            version=int(meta["version"]),
+            built_at=str(meta["built_at"]),
+            embedder_id=str(meta["embedder"]),
+            source_ids=tuple(meta.get("sources") or ()),
+            nodes_per_layer={int(k): int(v) for k, v in json.loads(str(meta["layers"])).items()},
+        )
+
+    def next_version(self) -> int:
+        """A version number no tree of this channel has used."""
+        state = self.live_state()
+        with _translated("listing tree versions"):
+            versions = self._tree_versions()
+        return max([state.version if state else 0, *versions]) + 1
+
+    def write_tree(self, version: int, nodes: Sequence[Node], embeddings: np.ndarray) -> None:
+        """Writes a complete tree as ``version``, beside the served one (not yet served)."""
+        name = f"{self._prefix}-t{version}"
+        with _translated("writing the new tree"):
+            if version in self._tree_versions():
+                self._client.delete_collection(name)  # a leftover of a crashed build
+            collection = self._client.create_collection(name, embedding_function=None, configuration=_COSINE)
+            for start, end in _batches(len(nodes), self._client.get_max_batch_size()):
+                part = nodes[start:end]
+                collection.add(
+                    ids=[n.id for n in part],
+                    documents=[n.text for n in part],
+                    metadatas=[node_metadata(n) for n in part],
+                    embeddings=embeddings[start:end],
+                )
+
+    def switch_to(self, state: TreeState) -> None:
+        """Serves ``state.version`` from now on (one write), then drops older trees."""
+        meta: dict[str, Any] = {
+            "version": state.version,
+            "built_at": state.built_at,
+            "embedder": state.embedder_id,
+            "layers": json.dumps({str(k): v for k, v in sorted(state.nodes_per_layer.items())}),
+        }
+        if state.source_ids:
+            meta["sources"] = list(state.source_ids)
+        with _translated("switching to the new tree"):
+            self._collection("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
+        self.drop_stale_trees(keep_previous=True)
+
+    def drop_stale_trees(self, keep_previous: bool = True) -> None:
+        """Deletes tree versions that are neither served nor (optionally) the one before it.
+
+        Versions newer than the served one are leftovers of crashed builds.
+        """
+        state = self.live_state()
+        live = state.version if state else 0
+        with _translated("dropping old trees"):
+            versions = self._tree_versions()
+            older = [v for v in versions if v < live]
+            keep = {live} | ({older[-1]} if keep_previous and older else set())
+            for version in versions:
+                if version not in keep:
+                    self._client.delete_collection(f"{self._prefix}-t{version}")
+
+    def query_tree(
+        self,
+        version: int,
+        vector: np.ndarray,
+        n: int,
+        where: dict[str, Any] | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        """Nodes of a tree version nearest to ``vector``, best first, through Chroma's index."""
+        if n <= 0 or (ids is not None and not ids):
+            return []
+        with _translated("searching the tree"):
+            collection = self._tree(version)
+            got = collection.query(
+                query_embeddings=[vector],
+                n_results=min(n, collection.count()) or 1,
+                where=where,
+                ids=list(ids) if ids is not None else None,
+                include=["documents", "metadatas", "distances"],
+            )
+        return [
+            Hit(node=node_from(i, d, m), score=1.0 - float(dist))
+            for i, d, m, dist in zip(got["ids"][0], got["documents"][0], got["metadatas"][0], got["distances"][0])
+        ]
+
+    def get_nodes(self, version: int, ids: Sequence[str]) -> list[Node]:
+        """The nodes with these ids in a tree version (missing ids are skipped), in the order asked."""
+        if not ids:
+            return []
+        with _translated("reading nodes"):
+            got = self._tree(version).get(ids=list(ids), include=["documents", "metadatas"])
+        found = {i: node_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])}
+        return [found[i] for i in ids if i in found]
+
+    def list_layer(self, version: int, layer: int, limit: int) -> list[Node]:
+        """Up to ``limit`` nodes of one layer of a tree version, widest (most children) first."""
+        with _translated("reading a layer"):
+            got = self._tree(version).get(where={"layer": layer}, include=["documents", "metadatas"])
+        nodes = [node_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+        return sorted(nodes, key=lambda n: (-len(n.children), n.id))[:limit]
+
+    def get_tree_embeddings(self, version: int, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored embeddings of some nodes of a tree version, by id."""
+        if not ids:
+            return {}
+        with _translated("reading node embeddings"):
+            got = self._tree(version).get(ids=list(ids), include=["embeddings"])
+        return {i: np.asarray(v, dtype=np.float32) for i, v in zip(got["ids"], got["embeddings"])}
+
+    def remove_source_from_trees(self, source_id: str) -> int:
+        """Deletes, from every stored tree, the nodes that cover ``source_id``.
+
+        References to the deleted nodes are removed from the remaining nodes'
+        children and parents, so the tree stays consistent until the next
+        rebuild restores the summaries of the other sources. Returns the number
+        of nodes deleted from the served tree.
+        """
+        state = self.live_state()
+        removed_live = 0
+        with _translated("removing a source from the tree"):
+            for version in self._tree_versions():
+                removed = self._remove_from_tree(self._tree(version), source_id)
+                if state and version == state.version:
+                    removed_live = removed
+        return removed_live
+
+    def _remove_from_tree(self, collection: Any, source_id: str) -> int:
+        doomed = collection.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+        doomed_ids = set(doomed["ids"])
+        if not doomed_ids:
+            return 0
+        neighbours: set[str] = set()
+        for metadata in doomed["metadatas"]:
+            neighbours.update(metadata.get("children") or [])
+            neighbours.update(metadata.get("parents") or [])
+        collection.delete(ids=list(doomed_ids))
+        affected = collection.get(ids=list(neighbours - doomed_ids), include=["metadatas"])
+        if affected["ids"]:
+            updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
+            collection.update(ids=affected["ids"], metadatas=updated)
+        return len(doomed_ids)
+
+
+# -- conversions -------------------------------------------------------------
+
+
+def leaf_id(source_id: str, ordinal: int) -> str:
+    """The id of a leaf: the source's short id and the chunk's ordinal."""
+    return f"{source_id[:12]}.{ordinal}"
+
+
+def node_metadata(node: Node) -> dict[str, Any]:
+    """Chroma metadata of a node (empty lists are left out: Chroma refuses them)."""
+    metadata: dict[str, Any] = {
+        "layer": node.layer,
+        "tokens": node.tokens,
+        "title": node.title,
+        "link": node.link,
+        "ordinal": node.ordinal,
+        "start": node.start,
+        "end": node.end,
+    }
+    for name, values in (("children", node.children), ("parents", node.parents), ("sources", node.source_ids)):
+        if values:
+            metadata[name] = list(values)
+    return metadata
+
+
+def node_from(node_id: str, text: str, metadata: dict[str, Any]) -> Node:
+    """A node rebuilt from its Chroma record."""
+    return Node(
+        id=node_id,
+        layer=int(metadata["layer"]),
+        text=text,
+        tokens=int(metadata["tokens"]),
+        children=tuple(metadata.get("children") or ()),
+        parents=tuple(metadata.get("parents") or ()),
+        source_ids=tuple(metadata.get("sources") or ()),
+        title=str(metadata.get("title", "")),
+        link=str(metadata.get("link", "")),
+        ordinal=int(metadata.get("ordinal", -1)),
+        start=int(metadata.get("start", -1)),
+        end=int(metadata.get("end", -1)),
+    )
+
+
+def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any]:
+    updated = dict(metadata)
+    for name in ("children", "parents"):
+        kept = [i for i in metadata.get(name) or [] if i not in removed]
+        # Chroma refuses empty lists; an update with None removes the key.
+        updated[name] = kept or None
+    return updated
+
+
+def _source_metadata(source: Source) -> dict[str, Any]:
+    return {
+        "title": source.title,
+        "kind": source.kind.value,
+        "link": source.link,
+        "added_by": source.added_by,
+        "added_at": source.added_at,
+        "chars": source.chars,
+        "external_id": source.external_id,
+    }
+
+
+def _source_from_metadata(metadata: dict[str, Any]) -> Source:
+    return Source(
+        id=str(metadata["source_id"]),
+        title=str(metadata["title"]),
+        kind=SourceKind(str(metadata["kind"])),
+        link=str(metadata["link"]),
+        added_by=str(metadata["added_by"]),
+        added_at=str(metadata["added_at"]),
+        chars=int(metadata["chars"]),
+        external_id=str(metadata.get("external_id", "")),
+    )
+
+
+def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
+    return {
+        "source_id": chunk.source_id,
+        "ordinal": chunk.ordinal,
+        "start": chunk.start,
+        "end": chunk.end,
+        "tokens": chunk.tokens,
+    }
+
+
+def _chunk_from(text: str, metadata: dict[str, Any]) -> Chunk:
+    return Chunk(
+        source_id=str(metadata["source_id"]),
+        ordinal=int(metadata["ordinal"]),
+        text=text,
+        start=int(metadata["start"]),
+        end=int(metadata["end"]),
+        tokens=int(metadata["tokens"]),
+    )
+
+
+def _batches(total: int, size: int) -> Iterator[tuple[int, int]]:
+    size = max(1, size)
+    for start in range(0, total, size):
+        yield start, min(total, start + size)

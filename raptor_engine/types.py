@@ -1,0 +1,199 @@
+"""Plain data types shared by every part of the engine.
+
+All are frozen dataclasses: values, not objects with behaviour. Ids are
+strings; layers are integers with 0 for leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelKey:
+    """Identifies one channel: the unit of isolation of every tree.
+
+    ``platform`` is e.g. ``"slack"``, ``"discord"`` or ``"console"``;
+    ``workspace`` the Slack team or Discord guild; ``channel`` its channel id.
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+
+    def __str__(self) -> str:
+        return f"{self.platform}/{self.workspace}/{self.channel}"
+
+
+class SourceKind(str, Enum):
+    """Where a source came from."""
+
+    FILE = "file"
+    MESSAGE = "message"
+    THREAD = "thread"
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """Text offered to a channel as a new source, before it is stored.
+
+    ``link`` points back to the file or message (a permalink, a jump URL or a
+    local path); ``added_by`` names who added it, ``added_at`` is ISO-8601 UTC.
+    ``external_id`` is the platform's id of the message or file, used to find
+    the source again on unpin; empty when there is none.
+    """
+
+    text: str
+    title: str
+    kind: SourceKind = SourceKind.FILE
+    link: str = ""
+    added_by: str = ""
+    added_at: str = ""
+    external_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A stored source: a document with its content-hash id and sizes."""
+
+    id: str
+    title: str
+    kind: SourceKind
+    link: str
+    added_by: str
+    added_at: str
+    chars: int
+    external_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of a source's text of about ``max_tokens`` tokens.
+
+    ``text == source_text[start:end]``: spans index the source text, so
+    punctuation and newlines are those of the original.
+    """
+
+    source_id: str
+    ordinal: int
+    text: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node of a channel's tree.
+
+    Leaves (layer 0) carry the span of their source; summaries carry the ids of
+    the nodes they summarise (``children``). ``source_ids`` lists every source
+    the node covers, the one covering most of it first; ``title`` and ``link``
+    are that first source's.
+    """
+
+    id: str
+    layer: int
+    text: str
+    tokens: int
+    children: tuple[str, ...] = ()
+    parents: tuple[str, ...] = ()
+    source_ids: tuple[str, ...] = ()
+    title: str = ""
+    link: str = ""
+    ordinal: int = -1
+    start: int = -1
+    end: int = -1
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.layer == 0
+
+
+class RetrievalMode(str, Enum):
+    """How nodes are chosen for a question."""
+
+    COLLAPSED = "collapsed"
+    TRAVERSAL = "traversal"
+    LEAVES = "leaves"
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A retrieved node and its relevance score (higher is better, at most 1)."""
+
+    node: Node
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A numbered reference from an answer to the node that supports it."""
+
+    number: int
+    node_id: str
+    layer: int
+    title: str
+    link: str
+    quote: str
+
+    @property
+    def kind(self) -> str:
+        """``"excerpt"`` for a leaf, ``"summary"`` for any higher node."""
+        return "excerpt" if self.layer == 0 else "summary"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An answer with its citations; ``found`` is False when nothing relevant was found."""
+
+    text: str
+    citations: tuple[Citation, ...]
+    hits: tuple[Hit, ...]
+    found: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BuildReport:
+    """What a rebuild did: sizes, time per stage (seconds) and reuse of earlier work."""
+
+    version: int
+    sources: int
+    leaves: int
+    nodes_per_layer: dict[int, int]
+    stage_seconds: dict[str, float]
+    leaves_embedded: int
+    leaves_reused: int
+    summaries_made: int
+    summaries_reused: int
+    built_at: str
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.stage_seconds.values())
+
+
+@dataclass(frozen=True, slots=True)
+class TreeStats:
+    """The state of a channel's tree as it is served now.
+
+    ``version`` is 0 and ``built_at`` empty when no tree was built yet.
+    ``pending_sources`` counts sources added or removed since the served build.
+    """
+
+    channel: ChannelKey
+    version: int
+    built_at: str
+    sources: int
+    nodes_per_layer: dict[int, int] = field(default_factory=dict)
+    pending_sources: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node with its children and parents, for inspecting the tree."""
+
+    node: Node
+    children: tuple[Node, ...]
+    parents: tuple[Node, ...]

@@ -1,0 +1,125 @@
+"""The command line, in-process through ``bot.cli.main`` and as a real process."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+from tests.conftest import QUALITY_DEV, REPO, SAMPLE
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+
+def run(*argv: str, stdin: str = "") -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), stdin=io.StringIO(stdin), stdout=out)
+    return code, out.getvalue()
+
+
+def bot_process(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bot", *argv], capture_output=True, text=True, env=ENV,
+                          cwd=REPO, timeout=300, **kwargs)  # type: ignore[call-overload]
+
+
+def test_ingest_rebuild_ask_inspect(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    code, out = run("--data-dir", data, "ingest", "--channel", "team", str(SAMPLE))
+    assert code == 0 and "stored" in out and "The Aurora Team Handbook" in out
+    code, out = run("--data-dir", data, "ingest", "--channel", "team", str(SAMPLE))
+    assert code == 0 and "already stored" in out
+    code, out = run("--data-dir", data, "rebuild", "--channel", "team")
+    assert code == 0 and "Built tree v1" in out
+    code, out = run("--data-dir", data, "ask", "--channel", "team", "Who may roll back a deployment?")
+    assert code == 0 and "[1]" in out and "Sources:" in out and "excerpt" in out
+    code, out = run("--data-dir", data, "inspect", "--channel", "team")
+    assert code == 0 and "tree v1" in out and "layer 0:" in out
+    root_id = out.split("\n- ", 1)[1].split(" ", 1)[0]
+    code, out = run("--data-dir", data, "inspect", "--channel", "team", "--node", root_id)
+    assert code == 0 and "Children:" in out
+    code, out = run("--data-dir", data, "sources", "--channel", "team")
+    assert code == 0 and "aurora" in out.lower()
+
+
+def test_retrieve_json_shape_and_stdin_mode(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    run("--data-dir", data, "ingest", "--channel", "c", str(SAMPLE))
+    run("--data-dir", data, "rebuild", "--channel", "c")
+    code, out = run("--data-dir", data, "retrieve", "--channel", "c", "--json", "--budget", "500", "How do we deploy?")
+    assert code == 0
+    payload = json.loads(out)
+    assert list(payload) == ["hits"] and payload["hits"]
+    for hit in payload["hits"]:
+        assert list(hit) == ["id", "layer", "score", "text", "tokens", "source"]
+        assert list(hit["source"]) == ["title", "link"]
+    assert sum(h["tokens"] for h in payload["hits"]) <= 500
+    questions = "How do we deploy?\nWho is on call?\n\nWhat is the ledger?\n"
+    code, out = run("--data-dir", data, "retrieve", "--channel", "c", "--json", "--mode", "leaves", stdin=questions)
+    lines = out.strip().splitlines()
+    assert code == 0 and len(lines) == 3
+    assert all(h["layer"] == 0 for line in lines for h in json.loads(line)["hits"])
+
+
+def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    bad = tmp_path / "photo.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    code, _ = run("--data-dir", data, "ingest", "--channel", "c", str(bad), str(tmp_path / "missing.txt"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 2 and all(line.startswith("error: ") for line in err)
+    assert "photo.png" in err[0] and "missing.txt" in err[1]
+    config = tmp_path / "c.yaml"
+    config.write_text("retrieval:\n  budgett: 10\n")
+    code, _ = run("--config", str(config), "sources", "--channel", "c")
+    assert code == 1 and "retrieval.budgett: unknown key" in capsys.readouterr().err
+    code, _ = run("--data-dir", data, "rebuild", "--channel", "empty")
+    assert code == 1 and "no sources" in capsys.readouterr().err
+
+
+def test_process_exit_codes_and_no_traceback(tmp_path: Path) -> None:
+    result = bot_process("--data-dir", str(tmp_path), "forget", "--channel", "c", "abcdef123")
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("error: ") and "Traceback" not in result.stderr
+    assert bot_process("nonsense").returncode == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not QUALITY_DEV.exists(), reason="needs ../shared/data/quality-dev.jsonl")
+def test_sigkill_mid_rebuild_keeps_previous_tree_and_sources(tmp_path: Path) -> None:
+    articles = [json.loads(line)["input"] for line in QUALITY_DEV.read_text().splitlines()[:3]]
+    files = []
+    for index, article in enumerate(articles):
+        path = tmp_path / f"article{index}.txt"
+        path.write_text(article)
+        files.append(str(path))
+    data = str(tmp_path / "data")
+    assert bot_process("--data-dir", data, "ingest", "--channel", "c", files[0]).returncode == 0
+    assert bot_process("--data-dir", data, "rebuild", "--channel", "c").returncode == 0
+    assert bot_process("--data-dir", data, "ingest", "--channel", "c", *files[1:]).returncode == 0
+
+    process = subprocess.Popen([sys.executable, "-m", "bot", "--data-dir", data, "rebuild", "--channel", "c"],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV, cwd=REPO)
+    assert process.stderr is not None
+    deadline = time.monotonic() + 240
+    for line in process.stderr:
+        if "cluster" in line or time.monotonic() > deadline:
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+
+    inspect = bot_process("--data-dir", data, "inspect", "--channel", "c")
+    assert inspect.returncode == 0, inspect.stderr
+    assert "tree v1" in inspect.stdout and "3 source(s)" in inspect.stdout
+    ask = bot_process("--data-dir", data, "ask", "--channel", "c", "Who is Korvin?")
+    assert ask.returncode == 0 and "[1]" in ask.stdout
+    rebuilt = bot_process("--data-dir", data, "rebuild", "--channel", "c")
+    assert rebuilt.returncode == 0 and "from 3 source(s)" in rebuilt.stdout

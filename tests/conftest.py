@@ -1,0 +1,130 @@
+"""Shared fixtures: the real packaged model, embedded Chroma, and a real `chroma run` server.
+
+Nothing here fakes our own code: the embedder is the packaged all-MiniLM-L6-v2,
+the store is Chroma itself, and the server is Chroma's own `chroma run` on
+127.0.0.1, started once per test session and stopped at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
+from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
+from raptor_engine.store import ChromaStore  # noqa: E402
+from raptor_engine.types import ChannelKey  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+QUALITY_DEV = REPO.parent / "shared" / "data" / "quality-dev.jsonl"
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def counter(embedder: SentenceTransformerEmbedder):  # type: ignore[no-untyped-def]
+    return embedder.token_counter()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ChromaStore:
+    return ChromaStore.embedded(tmp_path / "chroma")
+
+
+def make_engine(store: ChromaStore, embedder: SentenceTransformerEmbedder, settings: EngineSettings = EngineSettings()) -> Engine:
+    """An engine on the offline defaults, sharing the session's loaded model."""
+    from raptor_engine.answering import ExtractiveAnswerer
+    from raptor_engine.summarizing import ExtractiveSummarizer
+
+    counter = embedder.token_counter()
+    return Engine(store, embedder, counter, ExtractiveSummarizer(counter, settings.summary_tokens),
+                  ExtractiveAnswerer(embedder), settings)
+
+
+@pytest.fixture
+def engine(store: ChromaStore, embedder: SentenceTransformerEmbedder) -> Engine:
+    return make_engine(store, embedder)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def chroma_executable() -> str:
+    beside_python = Path(sys.executable).parent / "chroma"
+    found = str(beside_python) if beside_python.exists() else shutil.which("chroma")
+    if not found:
+        raise RuntimeError("the `chroma` command is not installed (pip install chromadb)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A real Chroma server (`chroma run`) on 127.0.0.1 for the whole session."""
+    port = free_port()
+    path = tmp_path_factory.mktemp("chroma-server")
+    log = open(path / "server.log", "wb")
+    process = subprocess.Popen(
+        [chroma_executable(), "run", "--path", str(path / "db"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(port, process, timeout=60)
+        yield "127.0.0.1", port
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"chroma run exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("chroma run did not start listening in time")
+
+
+@pytest.fixture(params=["embedded", "server"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> ChromaStore:
+    """The same tests against embedded Chroma and against a `chroma run` server."""
+    if request.param == "embedded":
+        return ChromaStore.embedded(tmp_path / "chroma")
+    host, port = request.getfixturevalue("chroma_server")
+    return ChromaStore.remote(host, port)
+
+
+@pytest.fixture
+def channel() -> ChannelKey:
+    """A channel key unique to the test, so tests sharing a Chroma server never meet."""
+    return ChannelKey("test", "workspace", uuid.uuid4().hex[:12])
+
+
+SAMPLE = REPO / "bot" / "samples" / "aurora-handbook.md"

@@ -1,0 +1,177 @@
+"""The Engine facade end to end on the offline defaults and real Chroma."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from raptor_engine.engine import Engine
+from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, NothingToBuild, ProviderError
+from raptor_engine.retrieval import RetrievalSettings
+from raptor_engine.types import ChannelKey, Document, RetrievalMode
+from tests.conftest import SAMPLE, make_engine
+
+OTHER_TEXT = (
+    "The garden committee meets on the first Sunday of every month. Tomatoes are planted in May, "
+    "after the last frost, and watered every second evening. The compost heap sits behind the shed; "
+    "only vegetable scraps and leaves go into it. Volunteers sign up for watering on the board by the gate."
+)
+
+
+def build(engine: Engine, channel: ChannelKey):  # type: ignore[no-untyped-def]
+    return asyncio.run(engine.rebuild(channel))
+
+
+def test_sample_builds_layers_and_a_root(engine: Engine, channel: ChannelKey) -> None:
+    result = engine.ingest_file(channel, SAMPLE)
+    assert result.leaves > 11 and not result.duplicate
+    report = build(engine, channel)
+    layers = report.nodes_per_layer
+    assert layers[0] == result.leaves
+    assert max(layers) >= 1 and layers[max(layers)] == 1  # a single root on top
+    assert report.leaves_reused == result.leaves and report.leaves_embedded == 0
+    for stage in ("load", "cluster", "summarise", "store"):
+        assert stage in report.stage_seconds
+
+
+def test_every_summary_is_traceable_to_leaves_and_its_source(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    build(engine, channel)
+    root = engine.top_nodes(channel, 1)[0]
+    frontier, leaves = [root.id], set()
+    while frontier:
+        view = engine.node(channel, frontier.pop())
+        if view.node.layer == 0:
+            leaves.add(view.node.id)
+            assert view.node.link.startswith("file://") and view.node.start >= 0
+            continue
+        assert view.children, view.node.id
+        for child in view.children:
+            assert view.node.id in child.parents
+            frontier.append(child.id)
+    assert len(leaves) == engine.stats(channel).nodes_per_layer[0]
+
+
+def test_single_sentence_channel_gets_a_valid_tree(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest(channel, Document("Our office is closed on public holidays.", "note"))
+    report = build(engine, channel)
+    assert report.nodes_per_layer == {0: 1}
+    answer = asyncio.run(engine.answer(channel, "When is the office closed?"))
+    assert answer.found and answer.citations[0].layer == 0
+
+
+def test_same_content_twice_is_stored_once(engine: Engine, channel: ChannelKey) -> None:
+    first = engine.ingest(channel, Document(OTHER_TEXT, "garden"))
+    second = engine.ingest(channel, Document(OTHER_TEXT, "garden copy"))
+    assert second.duplicate and second.source.id == first.source.id
+    assert len(engine.sources(channel)) == 1
+
+
+def test_new_source_is_found_before_any_rebuild(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    build(engine, channel)
+    engine.ingest(channel, Document(OTHER_TEXT, "Garden rules", link="https://chat.test/m/1"))
+    hits = engine.retrieve(channel, "When are tomatoes planted?")
+    assert hits[0].node.title == "Garden rules" and hits[0].node.link == "https://chat.test/m/1"
+    assert engine.stats(channel).pending_sources == 1
+
+
+@pytest.mark.parametrize("mode", list(RetrievalMode))
+def test_every_mode_respects_the_budget(engine: Engine, channel: ChannelKey, mode: RetrievalMode) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    build(engine, channel)
+    hits = engine.retrieve(channel, "How are deployments rolled out?", RetrievalSettings(mode=mode, budget=300, top_k=10))
+    assert hits and sum(h.node.tokens for h in hits) <= 300
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    if mode is RetrievalMode.LEAVES:
+        assert {h.node.layer for h in hits} == {0}
+    if mode is RetrievalMode.TRAVERSAL:
+        wide = engine.retrieve(channel, "How are deployments rolled out?", RetrievalSettings(mode=mode, per_layer=2))
+        top = max(engine.stats(channel).nodes_per_layer)
+        assert {h.node.layer for h in wide} == set(range(top + 1))  # the top layer, then down to leaves
+        assert sum(1 for h in wide if h.node.layer == 0) <= 2
+
+
+def test_answer_cites_relevant_excerpts(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    build(engine, channel)
+    answer = asyncio.run(engine.answer(channel, "What happens if a page is not acknowledged within ten minutes?"))
+    assert answer.found and "[1]" in answer.text
+    assert "escalates" in answer.text or "secondary" in answer.text
+    citation = answer.citations[0]
+    assert citation.title == "The Aurora Team Handbook" and citation.quote and citation.link
+
+
+def test_unrelated_question_says_nothing_was_found(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest(channel, Document(OTHER_TEXT, "garden"))
+    build(engine, channel)
+    answer = asyncio.run(engine.answer(channel, "What is the boiling point of liquid nitrogen in kelvin?"))
+    assert not answer.found and answer.citations == ()
+    assert "could not find" in answer.text
+
+
+def test_forget_removes_the_source_and_what_was_built_from_it(engine: Engine, channel: ChannelKey) -> None:
+    handbook = engine.ingest_file(channel, SAMPLE).source
+    garden = engine.ingest(channel, Document(OTHER_TEXT, "garden")).source
+    build(engine, channel)
+    engine.forget(channel, garden.id[:8])
+    assert [s.id for s in engine.sources(channel)] == [handbook.id]
+    hits = engine.retrieve(channel, "When are tomatoes planted?", RetrievalSettings(top_k=100, budget=100_000))
+    assert all(garden.id not in h.node.source_ids for h in hits)
+    report = build(engine, channel)
+    assert report.sources == 1
+    with pytest.raises(ChannelError, match="no source"):
+        engine.forget(channel, garden.id[:8])
+
+
+def test_rebuild_without_change_reuses_all_work(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    first = build(engine, channel)
+    second = build(engine, channel)
+    assert second.summaries_made == 0 and second.summaries_reused == first.summaries_made
+    assert second.leaves_embedded == 0 and second.nodes_per_layer == first.nodes_per_layer
+    assert second.version == first.version + 1
+
+
+def test_same_input_gives_the_same_tree(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    other = ChannelKey(channel.platform, channel.workspace, channel.channel + "-twin")
+    engine = make_engine(store, embedder)
+    trees = []
+    for key in (channel, other):
+        engine.ingest_file(key, SAMPLE)
+        build(engine, key)
+        root = engine.top_nodes(key, 1)[0]
+        trees.append((engine.stats(key).nodes_per_layer, root.id, root.text))
+    assert trees[0] == trees[1]
+
+
+class FailingSummarizer:
+    """Stands in for a language-model endpoint that fails (the remote service, not our code)."""
+
+    identity = "failing"
+
+    async def summarize(self, texts: Sequence[str]) -> str:
+        raise ProviderError("the model endpoint answered 500")
+
+
+def test_failed_build_leaves_previous_tree_answering(engine: Engine, store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    engine.ingest_file(channel, SAMPLE)
+    good = build(engine, channel)
+    broken = Engine(store, embedder, embedder.token_counter(), FailingSummarizer(), engine._answerer)
+    broken.ingest(channel, Document(OTHER_TEXT, "garden"))
+    with pytest.raises(BuildError, match="previous tree still answers"):
+        build(broken, channel)
+    assert engine.stats(channel).version == good.version
+    assert len(engine.sources(channel)) == 2
+    answer = asyncio.run(engine.answer(channel, "Who can roll back a deployment?"))
+    assert answer.found
+
+
+def test_errors_for_empty_channel_and_unknown_node(engine: Engine, channel: ChannelKey) -> None:
+    with pytest.raises(NothingToBuild):
+        build(engine, channel)
+    assert engine.retrieve(channel, "anything") == []
+    with pytest.raises(NodeNotFound):
+        engine.node(channel, "s1.nothing")

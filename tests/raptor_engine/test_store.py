@@ -1,0 +1,101 @@
+"""The Chroma store's invariants, against embedded Chroma and a real `chroma run` server."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from raptor_engine.errors import StoreUnavailable
+from raptor_engine.store import SEGMENT_CHARS, ChromaStore, TreeState, channel_digest
+from raptor_engine.types import ChannelKey, Chunk, Node, Source, SourceKind
+from tests.conftest import free_port
+
+
+def _source(source_id: str, text: str) -> Source:
+    return Source(source_id, "Title", SourceKind.FILE, "https://example.test/f", "alice", "2026-01-01T00:00:00+00:00", len(text))
+
+
+def _vectors(n: int, seed: int = 0) -> np.ndarray:
+    rows = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _tree(source_id: str) -> tuple[list[Node], np.ndarray]:
+    leaves = [Node(f"{source_id[:12]}.{i}", 0, f"leaf {i}", 3, parents=("s1.x",), source_ids=(source_id,), ordinal=i) for i in range(3)]
+    root = Node("s1.x", 1, "summary", 2, children=tuple(n.id for n in leaves), source_ids=(source_id,))
+    return [*leaves, root], _vectors(4)
+
+
+def test_collection_names_are_valid_and_distinct() -> None:
+    a = channel_digest(ChannelKey("slack", "T1", "C1"))
+    b = channel_digest(ChannelKey("slack", "T1C", "1"))  # same characters, other split
+    assert a != b and len(a) == 24 and a.isalnum()
+
+
+def test_long_source_text_round_trips_in_segments(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    text = "é" + "x" * (SEGMENT_CHARS * 2 + 17)
+    store.put_source(_source("a" * 64, text), text)
+    assert store.source_text("a" * 64) == text
+    assert [s.id for s in store.list_sources()] == ["a" * 64]
+    store.delete_source("a" * 64)
+    assert store.list_sources() == [] and store.get_source("a" * 64) is None
+
+
+def test_channels_never_see_each_other(any_store: ChromaStore, channel: ChannelKey) -> None:
+    other = ChannelKey(channel.platform, channel.workspace, channel.channel + "-other")
+    mine, theirs = any_store.channel(channel), any_store.channel(other)
+    nodes, vectors = _tree("b" * 64)
+    mine.write_tree(1, nodes, vectors)
+    mine.switch_to(TreeState(1, "now", "m", ("b" * 64,), {0: 3, 1: 1}))
+    assert len(mine.query_tree(1, vectors[0], 10)) == 4
+    assert theirs.live_state() is None
+    theirs_nodes, theirs_vectors = _tree("c" * 64)
+    theirs.write_tree(1, theirs_nodes, theirs_vectors)
+    theirs.switch_to(TreeState(1, "now", "m", ("c" * 64,), {0: 3, 1: 1}))
+    assert {h.node.source_ids[0] for h in theirs.query_tree(1, vectors[0], 10)} == {"c" * 64}
+    assert {h.node.source_ids[0] for h in mine.query_tree(1, vectors[0], 10)} == {"b" * 64}
+    assert channel in any_store.channels() and other in any_store.channels()
+
+
+def test_switch_keeps_previous_version_and_drops_older(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    nodes, vectors = _tree("d" * 64)
+    for version in (1, 2, 3):
+        assert store.next_version() == version
+        store.write_tree(version, nodes, vectors)
+        store.switch_to(TreeState(version, "now", "m", ("d" * 64,), {0: 3, 1: 1}))
+    assert store.live_state().version == 3
+    assert store.get_nodes(2, ["s1.x"])  # the previous one stays for readers in flight
+    store.write_tree(4, nodes, vectors)  # a build that crashed before switching
+    store.drop_stale_trees()
+    assert store.live_state().version == 3 and store.next_version() == 4
+
+
+def test_leaf_cache_round_trip(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    chunks = [Chunk("e" * 64, i, f"text {i}.", i * 10, i * 10 + 7, 3) for i in range(5)]
+    store.put_leaves("prof", chunks, _vectors(5))
+    cached = store.cached_leaves("prof", ["e" * 64, "f" * 64])
+    assert list(cached) == ["e" * 64]
+    got_chunks, got_vectors = cached["e" * 64]
+    assert got_chunks == chunks and got_vectors.shape == (5, 8)
+    hits = store.query_leaves("prof", _vectors(5)[2], ["e" * 64], 2)
+    assert hits[0].node.text == "text 2." and hits[0].score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_removing_a_source_cleans_links(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    keep = [Node("k.0", 0, "kept leaf", 2, parents=("s1.mixed",), source_ids=("k" * 64,))]
+    gone = [Node("g.0", 0, "gone leaf", 2, parents=("s1.mixed",), source_ids=("g" * 64,))]
+    mixed = Node("s1.mixed", 1, "mixed summary", 3, children=("k.0", "g.0"), source_ids=("k" * 64, "g" * 64))
+    store.write_tree(1, [*keep, *gone, mixed], _vectors(3))
+    store.switch_to(TreeState(1, "now", "m", ("k" * 64, "g" * 64), {0: 2, 1: 1}))
+    assert store.remove_source_from_trees("g" * 64) == 2  # its leaf and the summary covering it
+    remaining = store.get_nodes(1, ["k.0", "g.0", "s1.mixed"])
+    assert [n.id for n in remaining] == ["k.0"] and remaining[0].parents == ()
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    with pytest.raises(StoreUnavailable, match="cannot reach the Chroma server"):
+        ChromaStore.remote("127.0.0.1", free_port())
