@@ -8,6 +8,7 @@ import sys
 # Never reach for a model hub: a missing model must fail at once, not after a minute of time-outs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from bot.cli import main  # noqa: E402  (the environment above must be set first)

@@ -59,7 +59,7 @@ class ExtractiveAnswerer:
         relevant = [hit for hit in hits if hit.score >= self._settings.min_relevance]
         if not relevant:
             return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False)
-        sentences = [(index, s) for index, hit in enumerate(relevant) for s in _sentences(hit.node.text)]
+        sentences = _distinct_sentences(relevant)
         vectors = self._embedder.embed([question, *(s for _, s in sentences)])
         scores = vectors[1:] @ vectors[0]
         picked = self._pick(scores)
@@ -92,8 +92,22 @@ def _cited(chosen: list[tuple[int, str]], relevant: list[Hit], hits: Sequence[Hi
     return Answer(text=" ".join(parts), citations=tuple(citations), hits=tuple(hits), found=True)
 
 
-def _sentences(text: str) -> list[str]:
-    return [_WHITESPACE.sub(" ", text[s:e]).strip() for s, e in split_sentences(text)]
+def _distinct_sentences(hits: Sequence[Hit]) -> list[tuple[int, str]]:
+    """(hit index, sentence) for every sentence of the hits, each sentence once.
+
+    Extractive summaries repeat sentences of their leaves; a repeated sentence
+    is attributed to the best-scoring hit that holds it (hits come best first).
+    """
+    seen: set[str] = set()
+    result: list[tuple[int, str]] = []
+    for index, hit in enumerate(hits):
+        text = hit.node.text
+        for start, end in split_sentences(text):
+            sentence = _WHITESPACE.sub(" ", text[start:end]).strip()
+            if sentence not in seen:
+                seen.add(sentence)
+                result.append((index, sentence))
+    return result
 
 
 def quote(text: str, limit: int = QUOTE_CHARS) -> str:

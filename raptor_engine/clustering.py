@@ -62,10 +62,15 @@ _REG_COVAR_RELATIVE = 1e-4
 # Floor of the regularisation, sklearn's default, for data without spread.
 _REG_COVAR_FLOOR = 1e-6
 # The coarse BIC grid grows geometrically by this factor.
-_GRID_RATIO = 1.4
+_GRID_RATIO = 1.25
 # Stop walking the coarse grid after this many consecutive candidates whose
-# BIC is not better than the best so far.
+# BIC is not better than the best so far...
 _GRID_PATIENCE = 2
+# ...but never below this many components: on small sets (a local pass over
+# ~50 rows) BIC is bumpy for small counts (it rises from 1 to 4 components,
+# then falls to its minimum near 8) while fits there are cheap. The sizes
+# worth skipping are the large, expensive ones.
+_EARLY_STOP_MIN_K = 15
 # Rows of the similarity matrix computed per block by the exact kNN search;
 # bounds its memory to _KNN_BLOCK x n float32 values.
 _KNN_BLOCK = 1024
@@ -582,7 +587,7 @@ def _bic_search(points: NDArray[np.float64], k_max: int, seed: int) -> GaussianM
 
     1. walk a geometric grid (1, 2, 3, 4, 5, 8, 11, 15, 21, 29, 40, 50 for 50)
        upwards, stopping after ``_GRID_PATIENCE`` consecutive sizes that do
-       not beat the best BIC so far;
+       not beat the best BIC so far, once past ``_EARLY_STOP_MIN_K``;
     2. refine around the best size: repeatedly evaluate the midpoints between
        it and its nearest evaluated neighbours on each side, until they are
        adjacent integers. On a BIC curve that is unimodal around its minimum
@@ -625,7 +630,7 @@ def _walk_grid(grid: Sequence[int], evaluate: Callable[[int], float]) -> None:
             stale += 1
             # Failed fits (inf) count as stale too: past a size that cannot
             # be fitted, larger ones rarely can.
-            if stale >= _GRID_PATIENCE and best_score < math.inf:
+            if stale >= _GRID_PATIENCE and k >= _EARLY_STOP_MIN_K and best_score < math.inf:
                 return
 
 

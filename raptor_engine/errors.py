@@ -37,6 +37,7 @@ class RejectReason(str, Enum):
     ENCRYPTED = "encrypted file"
     TOO_LARGE = "file too large"
     NO_TEXT = "no text found"
+    UNREADABLE = "cannot read the file"
 
 
 class DocumentRejected(RaptorError):

@@ -100,18 +100,32 @@ def load_file(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> LoadedText:
     """Load the file at ``path``; see :func:`load_bytes` for the contract.
 
     The type and the size (from ``stat()``) are checked before anything is
-    read, so an oversized file is refused without being loaded. ``OSError``
-    (missing file, no permission) propagates: it is not the file's content.
+    read, so an oversized file is refused without being loaded. A file that
+    cannot be read (missing, a directory, no permission) is refused as
+    ``UNREADABLE``.
     """
     path = Path(path)
     name = path.name
     _format_for(name)
-    _check_size(path.stat().st_size, name, max_bytes)
-    with path.open("rb") as handle:
-        # Read one byte more than allowed: a file that grew since stat() is
-        # still caught by the size check in load_bytes.
-        data = handle.read(max_bytes + 1)
+    try:
+        _check_size(path.stat().st_size, name, max_bytes)
+        with path.open("rb") as handle:
+            # Read one byte more than allowed: a file that grew since stat() is
+            # still caught by the size check in load_bytes.
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise DocumentRejected(RejectReason.UNREADABLE, name, _unreadable_detail(exc)) from exc
     return load_bytes(data, name, max_bytes)
+
+
+def _unreadable_detail(error: OSError) -> str:
+    if isinstance(error, FileNotFoundError):
+        return "there is no such file"
+    if isinstance(error, IsADirectoryError):
+        return "it is a folder, not a file"
+    if isinstance(error, PermissionError):
+        return "permission to read it was denied"
+    return f"it could not be read ({error.strerror or error})"
 
 
 def load_bytes(data: bytes, filename: str, max_bytes: int = DEFAULT_MAX_BYTES) -> LoadedText:

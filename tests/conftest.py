@@ -21,6 +21,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402

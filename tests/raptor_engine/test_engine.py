@@ -175,3 +175,16 @@ def test_errors_for_empty_channel_and_unknown_node(engine: Engine, channel: Chan
     assert engine.retrieve(channel, "anything") == []
     with pytest.raises(NodeNotFound):
         engine.node(channel, "s1.nothing")
+
+
+def test_same_behaviour_on_a_chroma_server(any_store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(any_store, embedder)
+    engine.ingest_file(channel, SAMPLE)
+    garden = engine.ingest(channel, Document(OTHER_TEXT, "garden")).source
+    report = build(engine, channel)
+    assert report.sources == 2 and max(report.nodes_per_layer) >= 1
+    answer = asyncio.run(engine.answer(channel, "When are tomatoes planted?"))
+    assert answer.found and answer.citations[0].title == "garden"
+    engine.forget(channel, garden.id)
+    hits = engine.retrieve(channel, "When are tomatoes planted?")
+    assert all(garden.id not in h.node.source_ids for h in hits)

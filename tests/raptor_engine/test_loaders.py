@@ -511,3 +511,14 @@ def test_mutated_files_load_or_are_rejected(good_pdf: bytes, filename: str) -> N
         except DocumentRejected:
             continue
         assert loaded.text.strip()
+
+
+def test_missing_file_and_folder_are_refused_as_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(DocumentRejected) as missing:
+        load_file(tmp_path / "gone.txt")
+    assert missing.value.reason is RejectReason.UNREADABLE and "no such file" in str(missing.value)
+    folder = tmp_path / "folder.md"
+    folder.mkdir()
+    with pytest.raises(DocumentRejected) as directory:
+        load_file(folder)
+    assert directory.value.reason is RejectReason.UNREADABLE and "folder" in str(directory.value)

@@ -1,0 +1,224 @@
+"""Build benchmark: how long a tree of 1, 5 and 15 articles takes, stage by stage, and its memory.
+
+Each size is built in a fresh channel of a fresh temporary embedded Chroma:
+the articles are ingested (chunked and embedded: timed here, with the time
+spent inside the embedder counted apart), then ``Engine.rebuild`` clusters,
+summarises, embeds the summaries and stores the tree (its own
+``stage_seconds``). UMAP's one-time import and numba compilation is paid
+first by ``clustering.warm_up()`` and reported on its own.
+
+Targets (on the build of all 15 articles): the whole build within 2x the time
+of embedding the same leaf chunks alone (batch 32, same model), and the
+process's peak resident memory under 2.5 GiB.
+
+Run: ``python -m bench.build [--sizes 1,5,15] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from bench.common import (
+    NOISE_NOTE,
+    Article,
+    Stopwatch,
+    TimedEmbedder,
+    article_document,
+    base_parser,
+    data_dir,
+    heading,
+    load_articles,
+    load_embedder,
+    machine_info,
+    machine_line,
+    offline_engine,
+    peak_rss_mib,
+    quiet_logs,
+    table,
+    tree_nodes,
+    verdict,
+    warm_up_clustering,
+    write_json,
+)
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.types import ChannelKey
+
+TARGET_RATIO = 2.0  # whole build / embedding only
+TARGET_PEAK_MIB = 2.5 * 1024  # 2.5 GiB
+REBUILD_STAGES = ("load", "cluster", "summarise", "embed summaries", "store")
+
+
+@dataclass(frozen=True, slots=True)
+class SizeResult:
+    """The figures of one build size."""
+
+    articles: int
+    tokens: int
+    leaves: int
+    nodes_per_layer: dict[int, int]
+    ingest_embed_s: float
+    ingest_other_s: float
+    rebuild_stages_s: dict[str, float]
+    rebuild_other_s: float
+    total_s: float
+    embed_only_s: float
+    peak_rss_mib: float
+    rss_increase_mib: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.total_s if self.total_s else float("nan")
+
+    @property
+    def ratio(self) -> float:
+        return self.total_s / self.embed_only_s if self.embed_only_s else float("nan")
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1,5,15"`` -> ``[1, 5, 15]``; raises ``argparse.ArgumentTypeError`` on anything else."""
+    try:
+        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"sizes must be comma-separated integers, not {text!r}") from exc
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, not {text!r}")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sizes", type=parse_sizes, default=[1, 5, 15], metavar="N,N,...",
+        help="numbers of articles to build trees from, each in a fresh store (default 1,5,15)",
+    )
+    return parser
+
+
+def measure_size(articles: Sequence[Article], embedder: SentenceTransformerEmbedder) -> SizeResult:
+    """Builds one tree of ``articles`` in a fresh temporary store and measures it."""
+    timed = TimedEmbedder(embedder)
+    with data_dir(None, "bench-build-") as directory:
+        engine = offline_engine(directory, timed, embedder.token_counter())
+        key = ChannelKey("bench", "build", f"size-{len(articles)}")
+        rss_before = peak_rss_mib()
+        with Stopwatch() as ingestion:
+            for article in articles:
+                engine.ingest(key, article_document(article))
+        ingest_embed = timed.seconds
+        with Stopwatch() as rebuild:
+            report = asyncio.run(engine.rebuild(key))
+        rss_after = peak_rss_mib()
+        leaves = tree_nodes(engine, key, 0)
+    stages = {stage: report.stage_seconds.get(stage, 0.0) for stage in REBUILD_STAGES}
+    return SizeResult(
+        articles=len(articles),
+        tokens=sum(node.tokens for node in leaves),
+        leaves=len(leaves),
+        nodes_per_layer=report.nodes_per_layer,
+        ingest_embed_s=ingest_embed,
+        ingest_other_s=ingestion.seconds - ingest_embed,
+        rebuild_stages_s=stages,
+        rebuild_other_s=rebuild.seconds - sum(report.stage_seconds.values()),
+        total_s=ingestion.seconds + rebuild.seconds,
+        embed_only_s=embedding_only_seconds(embedder, [node.text for node in leaves]),
+        peak_rss_mib=rss_after,
+        rss_increase_mib=rss_after - rss_before,
+    )
+
+
+def embedding_only_seconds(embedder: SentenceTransformerEmbedder, texts: Sequence[str]) -> float:
+    """Seconds to embed ``texts`` once more with the same embedder (batch 32)."""
+    with Stopwatch() as watch:
+        embedder.embed(list(texts))
+    return watch.seconds
+
+
+def layers_text(nodes_per_layer: dict[int, int]) -> str:
+    return " ".join(f"L{layer}:{count}" for layer, count in sorted(nodes_per_layer.items()))
+
+
+def size_tables(results: Sequence[SizeResult]) -> str:
+    """The three tables of the report: sizes, seconds per stage, totals and memory."""
+    sizes = table(
+        ["articles", "tokens", "leaves", "nodes per layer"],
+        [[r.articles, r.tokens, r.leaves, layers_text(r.nodes_per_layer)] for r in results],
+    )
+    stages = table(
+        ["articles", "ingest:embed", "ingest:chunk+store", *(f"rb:{s}" for s in REBUILD_STAGES), "rb:other", "total"],
+        [
+            [r.articles, r.ingest_embed_s, r.ingest_other_s, *r.rebuild_stages_s.values(), r.rebuild_other_s, r.total_s]
+            for r in results
+        ],
+    )
+    totals = table(
+        ["articles", "total s", "tokens/s", "embed-only s", "total/embed-only", "peak RSS MiB", "RSS increase MiB"],
+        [
+            [r.articles, r.total_s, r.tokens_per_s, r.embed_only_s, r.ratio, r.peak_rss_mib, r.rss_increase_mib]
+            for r in results
+        ],
+    )
+    return "\n\n".join([sizes, "Wall seconds per stage (rb = Engine.rebuild's stage_seconds):\n" + stages, totals])
+
+
+def target_lines(result: SizeResult, available: int) -> list[str]:
+    """PASS/FAIL of the targets, judged on the largest build."""
+    scope = "" if result.articles == available else f" (judged on {result.articles} articles; the target is for all {available})"
+    return [
+        f"total build / embedding only = {result.ratio:.2f} (target <= {TARGET_RATIO:.1f}x): "
+        f"{verdict(result.ratio <= TARGET_RATIO)}{scope}",
+        f"peak RSS = {result.peak_rss_mib:.0f} MiB (target < {TARGET_PEAK_MIB:.0f} MiB = 2.5 GiB): "
+        f"{verdict(result.peak_rss_mib < TARGET_PEAK_MIB)}{scope}",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the build benchmark; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    quiet_logs()
+    articles = load_articles(args.data)
+    sizes = [size for size in args.sizes if size <= len(articles)]
+    if len(sizes) < len(args.sizes):
+        print(f"note: only {len(articles)} articles in {args.data}; sizes above that are skipped")
+    if not sizes:
+        return 2
+    start_info = machine_info()
+    print(machine_line("machine at start"))
+    print(NOISE_NOTE)
+    with Stopwatch() as model_load:
+        embedder = load_embedder()
+    warm_up_s = warm_up_clustering()
+    print(heading("One-time costs (not in any build below)"))
+    print(f"embedding model load + first call: {model_load.seconds:.2f} s")
+    print(f"clustering.warm_up() (import umap + numba compilation of UMAP's kernels): {warm_up_s:.2f} s")
+    results = [measure_size(articles[:size], embedder) for size in sizes]
+    print(heading("Build per size (fresh channel in a fresh temporary embedded Chroma each)"))
+    print(size_tables(results))
+    print(heading("Targets"))
+    lines = target_lines(results[-1], len(articles))
+    print("\n".join(lines))
+    print("\n" + machine_line("machine at end"))
+    write_json(args.json, {
+        "benchmark": "build",
+        "data": str(args.data),
+        "machine_start": start_info,
+        "machine_end": machine_info(),
+        "model_load_s": model_load.seconds,
+        "warm_up_s": warm_up_s,
+        "sizes": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "total_over_embed_only": r.ratio} for r in results],
+        "targets": {
+            "ratio_max": TARGET_RATIO,
+            "peak_rss_mib_max": TARGET_PEAK_MIB,
+            "ratio_pass": results[-1].ratio <= TARGET_RATIO,
+            "peak_rss_pass": results[-1].peak_rss_mib < TARGET_PEAK_MIB,
+            "judged_on_articles": results[-1].articles,
+        },
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

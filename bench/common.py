@@ -1,0 +1,369 @@
+"""Pieces shared by the benchmarks: data, engines, timing, memory, tables and JSON.
+
+The data is ``quality-dev.jsonl`` (15 QuALITY articles with multiple-choice
+questions, as packaged by L-Eval), found next to the repository under
+``shared/data``. Each benchmark module (``bench.build``, ``bench.query``,
+``bench.retrieval``) only adds its own measurement on top of these helpers.
+
+Timings are wall-clock (``time.perf_counter``). The benchmarks are meant for a
+small shared machine, so every report prints the CPU count and the load
+average at start and end: a high load means noisy figures.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports Hugging Face or numba: no hub, no progress bars, numba's on-disk cache.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_REPO, ".cache", "numba"))
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unicodedata  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Iterator, Sequence  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from raptor_engine.answering import ExtractiveAnswerer  # noqa: E402
+from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
+from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
+from raptor_engine.protocols import Embedder, TokenCounter  # noqa: E402
+from raptor_engine.store import ChromaStore  # noqa: E402
+from raptor_engine.summarizing import ExtractiveSummarizer  # noqa: E402
+from raptor_engine.types import ChannelKey, Document, Node  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "quality-dev.jsonl"
+LETTERS = "ABCD"
+EMBED_BATCH = 32
+NOISE_NOTE = (
+    "Timings are wall-clock on a shared machine (other people's jobs run alongside): "
+    "expect noise of tens of percent between runs."
+)
+# The options start at the first "(A)" that follows whitespace; the others follow in order.
+_OPTION_START = re.compile(r"\s\(A\)\s")
+_OPTION_SPLIT = re.compile(r"\(([ABCD])\)")
+_ANSWER_LETTER = re.compile(r"^\s*\(([ABCD])\)")
+
+
+# -- data ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A multiple-choice question: its text (without options), the four options, the right index."""
+
+    text: str
+    options: tuple[str, ...]
+    answer: int
+
+    @property
+    def letter(self) -> str:
+        return LETTERS[self.answer]
+
+
+@dataclass(frozen=True, slots=True)
+class Article:
+    """One article of the data file, its position in it, a title and its questions."""
+
+    index: int
+    title: str
+    text: str
+    questions: tuple[Question, ...]
+
+
+def parse_question(instruction: str, output: str) -> Question:
+    """Splits ``instruction`` into question text and options A-D; the right one is ``output``'s letter.
+
+    The options begin at the first ``(A)`` after whitespace (the data has
+    ``"\\n\\n (A)"``, ``"\\n\\n(A)"`` and ``"\\n(A)"``). Raises ``ValueError``
+    when the instruction has not exactly the options A, B, C, D in order, or
+    the output does not start with a letter in parentheses.
+    """
+    start = _OPTION_START.search(instruction)
+    if start is None:
+        raise ValueError(f"no options in {instruction[:80]!r}")
+    parts = _OPTION_SPLIT.split(instruction[start.start() :])
+    letters = parts[1::2]
+    if letters != list(LETTERS):
+        raise ValueError(f"options {letters} instead of A-D in {instruction[:80]!r}")
+    options = tuple(part.strip() for part in parts[2::2])
+    found = _ANSWER_LETTER.match(output)
+    if found is None:
+        raise ValueError(f"no answer letter in {output[:80]!r}")
+    return Question(instruction[: start.start()].strip(), options, LETTERS.index(found.group(1)))
+
+
+def article_title(text: str, index: int) -> str:
+    """A short title: the first non-blank line of the article (HTML comments skipped), folded."""
+    for line in text.splitlines():
+        folded = " ".join(line.split())
+        if folded and not folded.startswith("<!--"):
+            return f"{index:02d} {folded[:60]}"
+    return f"{index:02d} (untitled)"
+
+
+def load_articles(path: Path, limit: int | None = None) -> list[Article]:
+    """The articles of a ``quality-dev.jsonl``-style file with their parsed questions.
+
+    ``limit`` keeps only the first articles. Raises ``FileNotFoundError`` when
+    the file is missing.
+    """
+    articles: list[Article] = []
+    with path.open(encoding="utf-8") as lines:
+        for index, line in enumerate(lines):
+            if limit is not None and index >= limit:
+                break
+            record = json.loads(line)
+            questions = tuple(parse_question(i, o) for i, o in zip(record["instructions"], record["outputs"]))
+            text = record["input"]
+            articles.append(Article(index, article_title(text, index), text, questions))
+    return articles
+
+
+def normalised(text: str) -> str:
+    """The text as the engine stores it (NFC)."""
+    return unicodedata.normalize("NFC", text)
+
+
+# -- engines and channels ------------------------------------------------------
+
+
+def load_embedder() -> SentenceTransformerEmbedder:
+    """The packaged all-MiniLM-L6-v2, batch 32, already past its first (slower) call."""
+    embedder = SentenceTransformerEmbedder(batch_size=EMBED_BATCH)
+    embedder.embed(["warm-up sentence for the embedding model."] * 4)
+    return embedder
+
+
+def offline_engine(data_dir: Path, embedder: Embedder, counter: TokenCounter) -> Engine:
+    """The engine as ``Engine.offline`` composes it, over embedded Chroma in ``data_dir``,
+    sharing an already loaded embedder (so the model is loaded once per benchmark)."""
+    settings = EngineSettings()
+    store = ChromaStore.embedded(data_dir / "chroma")
+    summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
+    return Engine(store, embedder, counter, summarizer, ExtractiveAnswerer(embedder), settings)
+
+
+def article_channel(article: Article) -> ChannelKey:
+    """The channel holding one article's tree (one tree per document, as in the paper)."""
+    return ChannelKey("bench", "quality-dev", f"article-{article.index:02d}")
+
+
+def article_document(article: Article) -> Document:
+    return Document(article.text, article.title, link=f"quality-dev.jsonl#{article.index}")
+
+
+def ensure_article_channels(engine: Engine, articles: Sequence[Article]) -> dict[int, ChannelKey]:
+    """One built channel per article, by article index: built now, or reused when already built.
+
+    Ingesting a stored text again is a no-op, and a channel whose tree covers
+    its source is not rebuilt, so a ``--data-dir`` built before is reused as is.
+    """
+    keys: dict[int, ChannelKey] = {}
+    for article in articles:
+        key = article_channel(article)
+        engine.ingest(key, article_document(article))
+        stats = engine.stats(key)
+        if stats.version == 0 or stats.pending_sources:
+            asyncio.run(engine.rebuild(key))
+        keys[article.index] = key
+    return keys
+
+
+def tree_nodes(engine: Engine, key: ChannelKey, layer: int) -> list[Node]:
+    """Every node of one layer of the channel's served tree ([] before the first build)."""
+    state = engine.store.channel(key).live_state()
+    if state is None:
+        return []
+    return engine.store.channel(key).list_layer(state.version, layer, limit=1_000_000)
+
+
+@contextmanager
+def data_dir(path: Path | None, prefix: str) -> Iterator[Path]:
+    """``path`` (created if needed, kept afterwards), or a temporary directory removed at exit."""
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as temporary:
+        yield Path(temporary)
+
+
+# -- timing and memory ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Stopwatch:
+    """Seconds elapsed in a ``with`` block (``seconds`` is set on exit)."""
+
+    seconds: float = 0.0
+    _started: float = field(default=0.0, repr=False)
+
+    def __enter__(self) -> Stopwatch:
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._started
+
+
+class TimedEmbedder:
+    """An ``Embedder`` that adds up the time spent in the wrapped embedder's ``embed``."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self._inner = inner
+        self.seconds = 0.0
+        self.texts = 0
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with Stopwatch() as watch:
+            vectors = self._inner.embed(texts)
+        self.seconds += watch.seconds
+        self.texts += len(texts)
+        return vectors
+
+    def reset(self) -> None:
+        self.seconds, self.texts = 0.0, 0
+
+
+def warm_up_clustering() -> float:
+    """Pays UMAP's one-time import and numba compilation now; returns the seconds it took."""
+    from raptor_engine import clustering
+
+    with Stopwatch() as watch:
+        clustering.warm_up()
+    return watch.seconds
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100, linear interpolation) of ``values``; NaN when empty."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+    """p50, p95, mean and max of latencies given in seconds, in milliseconds."""
+    ms = [s * 1000.0 for s in seconds]
+    return {
+        "n": float(len(ms)),
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "mean_ms": float(np.mean(ms)) if ms else float("nan"),
+        "max_ms": max(ms) if ms else float("nan"),
+    }
+
+
+def peak_rss_mib() -> float:
+    """The process's resident-set high-water mark in MiB (``ru_maxrss`` is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU count, load average and Python version, to judge how noisy timings are."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
+
+
+def machine_line(label: str) -> str:
+    info = machine_info()
+    load = ", ".join(f"{x:.2f}" for x in info["load_average"])
+    return f"{label}: {info['cpus']} CPUs, load average (1/5/15 min) {load}, Python {info['python']}"
+
+
+# -- output --------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def heading(text: str) -> str:
+    return f"\n== {text} =="
+
+
+def verdict(passed: bool) -> str:
+    return "PASS" if passed else "FAIL"
+
+
+def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    """Writes ``payload`` as indented JSON to ``path`` (nothing when ``path`` is None)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    print(f"\nJSON written to {path}")
+
+
+# -- command line --------------------------------------------------------------
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark takes: ``--data`` and ``--json``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help=f"the JSONL data file (default {DEFAULT_DATA})")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
+    return parser
+
+
+def add_articles_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--articles", type=int, default=None, metavar="N", help="use only the first N articles")
+
+
+def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="keep the Chroma data here and reuse channels built there before (default: a temporary directory)",
+    )
+
+
+def quiet_logs() -> None:
+    """Only warnings from the libraries, so the tables stay readable.
+
+    UMAP warns on every fit given a precomputed kNN graph that it cannot
+    ``transform`` new data with; the engine never calls ``transform``, so that
+    one warning is silenced here.
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=r"precomputed_knn\[2\]", category=UserWarning)

@@ -1,0 +1,165 @@
+"""Query benchmark: latency of ``Engine.retrieve`` and ``Engine.answer`` over every question.
+
+One channel per article is built (or reused from a ``--data-dir`` built
+before). After one warm-up query, each question's text (without its options)
+goes through ``retrieve`` (collapsed tree, default budget) and through
+``answer`` (retrieval plus the extractive answerer). Reported: p50, p95, mean
+and max latency in milliseconds, and how much of it the embedder took.
+
+Target: p95 of ``retrieve`` under 50 ms.
+
+Run: ``python -m bench.query [--articles N] [--data-dir DIR] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.common import (
+    NOISE_NOTE,
+    Stopwatch,
+    TimedEmbedder,
+    add_articles_argument,
+    add_data_dir_argument,
+    base_parser,
+    data_dir,
+    ensure_article_channels,
+    heading,
+    latency_summary,
+    load_articles,
+    load_embedder,
+    machine_info,
+    machine_line,
+    offline_engine,
+    quiet_logs,
+    table,
+    verdict,
+    warm_up_clustering,
+    write_json,
+)
+from raptor_engine.engine import Engine
+from raptor_engine.retrieval import RetrievalSettings
+from raptor_engine.types import ChannelKey
+
+TARGET_P95_RETRIEVE_MS = 50.0
+
+Asked = tuple[ChannelKey, str]
+"""A question as sent: the channel of its article and its text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    """Per-call seconds of one operation and the embedder's share of them."""
+
+    seconds: list[float]
+    embed_seconds: float
+    found: int = -1
+
+    def summary(self) -> dict[str, float]:
+        figures = latency_summary(self.seconds)
+        figures["embed_mean_ms"] = 1000.0 * self.embed_seconds / len(self.seconds) if self.seconds else float("nan")
+        return figures
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = base_parser(__doc__.split("\n\n")[0])
+    add_articles_argument(parser)
+    add_data_dir_argument(parser)
+    return parser
+
+
+def time_retrieve(engine: Engine, timed: TimedEmbedder, asked: Sequence[Asked]) -> Latencies:
+    """Times ``engine.retrieve`` (collapsed, default budget) once per question."""
+    settings = RetrievalSettings()
+    timed.reset()
+    seconds = []
+    for key, text in asked:
+        with Stopwatch() as watch:
+            engine.retrieve(key, text, settings)
+        seconds.append(watch.seconds)
+    return Latencies(seconds, timed.seconds)
+
+
+async def _time_answers(engine: Engine, asked: Sequence[Asked]) -> tuple[list[float], int]:
+    seconds = []
+    found = 0
+    for key, text in asked:
+        with Stopwatch() as watch:
+            answer = await engine.answer(key, text)
+        seconds.append(watch.seconds)
+        found += int(answer.found)
+    return seconds, found
+
+
+def time_answer(engine: Engine, timed: TimedEmbedder, asked: Sequence[Asked]) -> Latencies:
+    """Times ``await engine.answer`` once per question, all in one event loop."""
+    timed.reset()
+    seconds, found = asyncio.run(_time_answers(engine, asked))
+    return Latencies(seconds, timed.seconds, found)
+
+
+def warm_up_query(engine: Engine, asked: Asked) -> None:
+    """One retrieve and one answer, not counted (first calls pay one-off costs)."""
+    engine.retrieve(*asked)
+    asyncio.run(engine.answer(*asked))
+
+
+def latency_table(results: dict[str, Latencies]) -> str:
+    rows = []
+    for name, latencies in results.items():
+        s = latencies.summary()
+        rows.append([name, int(s["n"]), s["p50_ms"], s["p95_ms"], s["mean_ms"], s["max_ms"], s["embed_mean_ms"]])
+    return table(["operation", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "of which embedding, mean ms"], rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the query benchmark; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    quiet_logs()
+    articles = load_articles(args.data, args.articles)
+    start_info = machine_info()
+    print(machine_line("machine at start"))
+    print(NOISE_NOTE)
+    embedder = load_embedder()
+    timed = TimedEmbedder(embedder)
+    warm_up_clustering()
+    with data_dir(args.data_dir, "bench-query-") as directory:
+        engine = offline_engine(directory, timed, embedder.token_counter())
+        with Stopwatch() as setup:
+            keys = ensure_article_channels(engine, articles)
+        asked = [(keys[a.index], q.text) for a in articles for q in a.questions]
+        print(f"\n{len(articles)} channels (one tree per article) ready in {setup.seconds:.1f} s; "
+              f"{len(asked)} questions (text only, without the options)")
+        warm_up_query(engine, asked[0])
+        results = {"retrieve (collapsed, 2000 tokens)": time_retrieve(engine, timed, asked),
+                   "answer (retrieve + extractive answer)": time_answer(engine, timed, asked)}
+    retrieve, answer = results.values()
+    print(heading("Latency per question (after one warm-up query)"))
+    print(latency_table(results))
+    print(f"answers found: {answer.found} of {len(asked)}")
+    p95 = retrieve.summary()["p95_ms"]
+    passed = p95 < TARGET_P95_RETRIEVE_MS
+    print(heading("Target"))
+    print(f"p95 retrieve = {p95:.1f} ms (target < {TARGET_P95_RETRIEVE_MS:.0f} ms): {verdict(passed)}")
+    print("\n" + machine_line("machine at end"))
+    write_json(args.json, {
+        "benchmark": "query",
+        "data": str(args.data),
+        "machine_start": start_info,
+        "machine_end": machine_info(),
+        "articles": len(articles),
+        "questions": len(asked),
+        "setup_s": setup.seconds,
+        "retrieve": retrieve.summary(),
+        "answer": answer.summary() | {"found": answer.found},
+        "target": {"p95_retrieve_ms_max": TARGET_P95_RETRIEVE_MS, "pass": passed},
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
