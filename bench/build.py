@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from bench.common import (
     NOISE_NOTE,
@@ -77,6 +77,11 @@ class SizeResult:
     def ratio(self) -> float:
         return self.total_s / self.embed_only_s if self.embed_only_s else float("nan")
 
+    @property
+    def ingest_ratio(self) -> float:
+        """Total over the embedding time inside this same build's ingestion (same texts, same moment)."""
+        return self.total_s / self.ingest_embed_s if self.ingest_embed_s else float("nan")
+
 
 def parse_sizes(text: str) -> list[int]:
     """``"1,5,15"`` -> ``[1, 5, 15]``; raises ``argparse.ArgumentTypeError`` on anything else."""
@@ -90,10 +95,15 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = base_parser(__doc__.split("\n\n")[0])
+    parser = base_parser("bench.build", __doc__.split("\n\n")[0])
     parser.add_argument(
         "--sizes", type=parse_sizes, default=[1, 5, 15], metavar="N,N,...",
         help="numbers of articles to build trees from, each in a fresh store (default 1,5,15)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="R",
+        help="build each size R times (fresh store each time) and report the run with the median "
+             "total/embed-only ratio, with the ratio's range (default 1; use 3 on a noisy machine)",
     )
     return parser
 
@@ -130,6 +140,30 @@ def measure_size(articles: Sequence[Article], embedder: SentenceTransformerEmbed
     )
 
 
+def measure_repeated(articles: Sequence[Article], embedder: SentenceTransformerEmbedder, repeat: int) -> list[SizeResult]:
+    """``repeat`` independent builds of the same articles, each in a fresh store."""
+    return [measure_size(articles, embedder) for _ in range(max(1, repeat))]
+
+
+def representative(runs: Sequence[SizeResult]) -> SizeResult:
+    """The run with the median total/embed-only ratio (the lower median for an even count).
+
+    Its memory figures are those of all runs: the highest peak, and the increase
+    during the first run (later runs rarely raise a high-water mark again).
+    """
+    median = sorted(runs, key=lambda r: r.ratio)[(len(runs) - 1) // 2]
+    peak = max(r.peak_rss_mib for r in runs)
+    return replace(median, peak_rss_mib=peak, rss_increase_mib=runs[0].rss_increase_mib)
+
+
+def shape_note(runs: Sequence[SizeResult]) -> str | None:
+    """A note when the runs of one size built trees of different shapes (None when all agree)."""
+    shapes = [layers_text(r.nodes_per_layer) for r in runs]
+    if len(set(shapes)) <= 1:
+        return None
+    return f"note: the {len(runs)} builds of {runs[0].articles} article(s) gave different trees: " + " | ".join(shapes)
+
+
 def embedding_only_seconds(embedder: SentenceTransformerEmbedder, texts: Sequence[str]) -> float:
     """Seconds to embed ``texts`` once more with the same embedder (batch 32)."""
     with Stopwatch() as watch:
@@ -141,8 +175,16 @@ def layers_text(nodes_per_layer: dict[int, int]) -> str:
     return " ".join(f"L{layer}:{count}" for layer, count in sorted(nodes_per_layer.items()))
 
 
-def size_tables(results: Sequence[SizeResult]) -> str:
-    """The three tables of the report: sizes, seconds per stage, totals and memory."""
+def ratio_range(runs: Sequence[SizeResult]) -> str:
+    ratios = [r.ratio for r in runs]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+def size_tables(results: Sequence[SizeResult], runs: Sequence[Sequence[SizeResult]]) -> str:
+    """The three tables of the report: sizes, seconds per stage, totals and memory.
+
+    ``results`` holds the representative run of each size, ``runs`` all runs of each size.
+    """
     sizes = table(
         ["articles", "tokens", "leaves", "nodes per layer"],
         [[r.articles, r.tokens, r.leaves, layers_text(r.nodes_per_layer)] for r in results],
@@ -155,10 +197,12 @@ def size_tables(results: Sequence[SizeResult]) -> str:
         ],
     )
     totals = table(
-        ["articles", "total s", "tokens/s", "embed-only s", "total/embed-only", "peak RSS MiB", "RSS increase MiB"],
+        ["articles", "total s", "tokens/s", "embed-only s", "total/embed-only", "range", "total/ingest:embed",
+         "peak RSS MiB", "RSS increase MiB"],
         [
-            [r.articles, r.total_s, r.tokens_per_s, r.embed_only_s, r.ratio, r.peak_rss_mib, r.rss_increase_mib]
-            for r in results
+            [r.articles, r.total_s, r.tokens_per_s, r.embed_only_s, r.ratio, ratio_range(all_runs), r.ingest_ratio,
+             r.peak_rss_mib, r.rss_increase_mib]
+            for r, all_runs in zip(results, runs)
         ],
     )
     return "\n\n".join([sizes, "Wall seconds per stage (rb = Engine.rebuild's stage_seconds):\n" + stages, totals])
@@ -173,6 +217,17 @@ def target_lines(result: SizeResult, available: int) -> list[str]:
         f"peak RSS = {result.peak_rss_mib:.0f} MiB (target < {TARGET_PEAK_MIB:.0f} MiB = 2.5 GiB): "
         f"{verdict(result.peak_rss_mib < TARGET_PEAK_MIB)}{scope}",
     ]
+
+
+def size_json(result: SizeResult, runs: Sequence[SizeResult]) -> dict[str, object]:
+    """One size's figures: the representative run, with every run's ratio."""
+    return asdict(result) | {
+        "tokens_per_s": result.tokens_per_s,
+        "total_over_embed_only": result.ratio,
+        "total_over_ingest_embed": result.ingest_ratio,
+        "ratios_of_all_runs": [r.ratio for r in runs],
+        "nodes_per_layer_of_all_runs": [r.nodes_per_layer for r in runs],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,9 +249,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(heading("One-time costs (not in any build below)"))
     print(f"embedding model load + first call: {model_load.seconds:.2f} s")
     print(f"clustering.warm_up() (import umap + numba compilation of UMAP's kernels): {warm_up_s:.2f} s")
-    results = [measure_size(articles[:size], embedder) for size in sizes]
+    runs = [measure_repeated(articles[:size], embedder, args.repeat) for size in sizes]
+    results = [representative(size_runs) for size_runs in runs]
     print(heading("Build per size (fresh channel in a fresh temporary embedded Chroma each)"))
-    print(size_tables(results))
+    if args.repeat > 1:
+        print(f"{args.repeat} runs per size; shown: the run with the median total/embed-only ratio")
+    print(size_tables(results, runs))
+    print("embed-only = the same leaf texts embedded once more after the build (batch 32); "
+          "ingest:embed = time inside the embedder during ingestion. Peak RSS is the process's "
+          "high-water mark (model and earlier sizes included); the increase is over the first build of a size.")
+    notes = [note for note in map(shape_note, runs) if note]
+    if notes:
+        print("\n".join(notes))
     print(heading("Targets"))
     lines = target_lines(results[-1], len(articles))
     print("\n".join(lines))
@@ -208,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine_end": machine_info(),
         "model_load_s": model_load.seconds,
         "warm_up_s": warm_up_s,
-        "sizes": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "total_over_embed_only": r.ratio} for r in results],
+        "repeat": args.repeat,
+        "sizes": [size_json(r, size_runs) for r, size_runs in zip(results, runs)],
         "targets": {
             "ratio_max": TARGET_RATIO,
             "peak_rss_mib_max": TARGET_PEAK_MIB,

@@ -339,9 +339,9 @@ def write_json(path: Path | None, payload: dict[str, Any]) -> None:
 # -- command line --------------------------------------------------------------
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
-    """A parser with the options every benchmark takes: ``--data`` and ``--json``."""
-    parser = argparse.ArgumentParser(description=description)
+def base_parser(module: str, description: str) -> argparse.ArgumentParser:
+    """A parser for ``python -m module`` with the options every benchmark takes: ``--data`` and ``--json``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help=f"the JSONL data file (default {DEFAULT_DATA})")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
     return parser

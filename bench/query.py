@@ -38,7 +38,6 @@ from bench.common import (
     quiet_logs,
     table,
     verdict,
-    warm_up_clustering,
     write_json,
 )
 from raptor_engine.engine import Engine
@@ -66,7 +65,7 @@ class Latencies:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = base_parser(__doc__.split("\n\n")[0])
+    parser = base_parser("bench.query", __doc__.split("\n\n")[0])
     add_articles_argument(parser)
     add_data_dir_argument(parser)
     return parser
@@ -126,7 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(NOISE_NOTE)
     embedder = load_embedder()
     timed = TimedEmbedder(embedder)
-    warm_up_clustering()
     with data_dir(args.data_dir, "bench-query-") as directory:
         engine = offline_engine(directory, timed, embedder.token_counter())
         with Stopwatch() as setup:

@@ -25,7 +25,7 @@ from bot.progress import TerminalProgress
 from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
 from raptor_engine.errors import RaptorError
 from raptor_engine.retrieval import RetrievalSettings
-from raptor_engine.types import ChannelKey, Hit, RetrievalMode
+from raptor_engine.types import BuildReport, ChannelKey, Hit, RetrievalMode
 
 if TYPE_CHECKING:
     from raptor_engine.engine import Engine
@@ -97,12 +97,7 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
     if args.command == "rebuild":
-        progress = TerminalProgress()
-        try:
-            report = asyncio.run(engine.rebuild(channel, progress))
-        finally:
-            progress.close()
-        print(format_report(report), file=stdout)
+        print(format_report(_rebuild(engine, channel)), file=stdout)
     elif args.command == "ask":
         print(format_answer(asyncio.run(engine.answer(channel, args.question))), file=stdout)
     elif args.command == "retrieve":
@@ -120,6 +115,15 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     elif args.command == "demo":
         _demo(engine, channel, stdout)
     return 0
+
+
+def _rebuild(engine: Engine, channel: ChannelKey) -> BuildReport:
+    """Rebuilds with a progress display on stderr."""
+    progress = TerminalProgress()
+    try:
+        return asyncio.run(engine.rebuild(channel, progress))
+    finally:
+        progress.close()
 
 
 def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: TextIO) -> int:
@@ -174,12 +178,7 @@ def hit_json(hit: Hit) -> dict[str, object]:
 def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
     result = engine.ingest_file(channel, SAMPLE_DOCUMENT)
     print(f"Sample document \"{result.source.title}\" in channel '{channel.channel}' ({result.leaves or 'already'} excerpts).", file=stdout)
-    progress = TerminalProgress()
-    try:
-        report = asyncio.run(engine.rebuild(channel, progress))
-    finally:
-        progress.close()
-    print(format_report(report), file=stdout)
+    print(format_report(_rebuild(engine, channel)), file=stdout)
     print(f"\nQ: {SAMPLE_QUESTION}\n", file=stdout)
     print(format_answer(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
     print(f"\nAsk your own: python -m bot ask --channel {channel.channel} \"...\"", file=stdout)

@@ -33,13 +33,15 @@ one matrix product (cosine distance on the normalised rows) and handed to
 UMAP as ``precomputed_knn``: UMAP's own small-data path evaluates the cosine
 distance through a Python callable per pair (about 4 s for 2,000 rows), and
 its large-data path (4,096 rows and more) is an approximate, separately
-compiled search. The graph is the one ``metric="cosine"`` would build.
+compiled search. The graph is the one ``metric="cosine"`` would build, up
+to a seeded jitter of at most 1e-5 on the distances (see ``_KNN_JITTER``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -50,6 +52,10 @@ from sklearn.decomposition import PCA
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
+# We hand UMAP exact neighbours (see _cosine_knn), so it warns on every fit that
+# transforming new data will be unavailable; we never transform. Narrowly ignored.
+warnings.filterwarnings("ignore", message=r"precomputed_knn", category=UserWarning, module=r"umap")
+
 logger = logging.getLogger(__name__)
 
 Rows: TypeAlias = NDArray[np.intp]
@@ -57,7 +63,8 @@ Rows: TypeAlias = NDArray[np.intp]
 
 # Relative covariance regularisation: added to the diagonal of every mixture
 # covariance, scaled by the data's mean per-dimension variance so that it
-# means the same on UMAP output (variance ~10) and on PCA output (~0.01).
+# means the same on UMAP output (coordinates of order 1-10) and on PCA output
+# of unit vectors (order 0.1).
 _REG_COVAR_RELATIVE = 1e-4
 # Floor of the regularisation, sklearn's default, for data without spread.
 _REG_COVAR_FLOOR = 1e-6
@@ -74,6 +81,13 @@ _EARLY_STOP_MIN_K = 15
 # Rows of the similarity matrix computed per block by the exact kNN search;
 # bounds its memory to _KNN_BLOCK x n float32 values.
 _KNN_BLOCK = 1024
+# Upper bound of the seeded jitter added to neighbour distances (cosine
+# distances are 0..2; nearest neighbours of distinct texts are ~0.1 apart).
+# Why: duplicate rows make the neighbour graph symmetric, UMAP's spectral
+# initialisation (scipy ARPACK) then hits an invariant subspace and restarts
+# from an *unseeded* random vector, and the layout differs from run to run.
+# The jitter breaks the symmetry reproducibly.
+_KNN_JITTER = 1e-5
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +172,13 @@ def cluster_rows(
     if n == 1:
         return [[0]]
     all_rows: Rows = np.arange(n, dtype=np.intp)
-    # One BLAS thread: the work is hundreds of small mixture fits, and on a
-    # 2-core machine OpenBLAS's spinning worker threads fight sklearn's
-    # OpenMP k-means threads (measured: 4.8 s -> 2.7 s on 1,000 rows, same
-    # output). The limit is process-wide while it lasts (threadpoolctl).
-    with threadpool_limits(limits=1, user_api="blas"):
+    # One BLAS and one OpenMP thread: the work is hundreds of small mixture
+    # fits (and single-threaded UMAP), and on 2 cores the spinning worker
+    # threads of OpenBLAS and of sklearn's OpenMP k-means fight each other
+    # (measured on 1,000 rows: 5.5 s -> 2.3 s, same output). threadpoolctl's
+    # limit is process-wide while it lasts: other threads' BLAS/OpenMP work
+    # (e.g. torch) runs single-threaded meanwhile.
+    with threadpool_limits(limits=1):
         first = _cluster_pass(vectors, tokens, all_rows, settings)
         bounded = _enforce_token_budget(vectors, tokens, all_rows, first, settings)
     return _canonical(bounded)
@@ -477,7 +493,7 @@ def _umap_reduce(
     # the clustering needs it.
     import umap
 
-    knn_indices, knn_dists = _cosine_knn(points, n_neighbors)
+    knn_indices, knn_dists = _jitter_knn(*_cosine_knn(points, n_neighbors), seed)
     model = umap.UMAP(
         n_neighbors=n_neighbors,
         n_components=n_components,
@@ -521,6 +537,22 @@ def _cosine_knn(
         dists[start:stop] = np.take_along_axis(chosen_dists, order, axis=1)
     dists[:, 0] = 0.0
     return indices, dists
+
+
+def _jitter_knn(
+    indices: NDArray[np.int32], dists: NDArray[np.float32], seed: int
+) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
+    """Add seeded noise in ``[0, _KNN_JITTER)`` to the neighbour distances.
+
+    Keeps UMAP's conventions: each row itself stays first at distance 0 and
+    each row stays sorted by distance. Same input and seed, same output.
+    """
+    noise = np.random.default_rng(seed).uniform(0.0, _KNN_JITTER, size=dists.shape)
+    noise[:, 0] = 0.0
+    jittered = (dists + noise).astype(np.float32)
+    # Stable: the row itself (column 0, distance 0) stays ahead of any tie.
+    order = np.argsort(jittered, axis=1, kind="stable")
+    return np.take_along_axis(indices, order, axis=1), np.take_along_axis(jittered, order, axis=1)
 
 
 def _pca(points: np.ndarray, n_components: int) -> NDArray[np.float64]:
@@ -585,7 +617,7 @@ def _bic_search(points: NDArray[np.float64], k_max: int, seed: int) -> GaussianM
     grows with its size; a full search over 50 sizes on 4,000 points takes
     ~25 s):
 
-    1. walk a geometric grid (1, 2, 3, 4, 5, 8, 11, 15, 21, 29, 40, 50 for 50)
+    1. walk a geometric grid (for 50: 1-7, 9, 12, 15, 18, 23, 28, 36, 44, 50)
        upwards, stopping after ``_GRID_PATIENCE`` consecutive sizes that do
        not beat the best BIC so far, once past ``_EARLY_STOP_MIN_K``;
     2. refine around the best size: repeatedly evaluate the midpoints between

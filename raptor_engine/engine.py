@@ -40,7 +40,7 @@ from raptor_engine.errors import (
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, load_bytes, load_file
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import RetrievalSettings, retrieve
-from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_id, profile_digest
+from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
 from raptor_engine.tree import BuiltTree, ProgressCallback, TreeBuilder
 from raptor_engine.types import (
@@ -260,7 +260,7 @@ class Engine:
                 cached[source.id] = (chunks, vectors)
                 embedded += len(chunks)
             chunks, vectors = cached[source.id]
-            nodes.extend(_leaf_node(chunk, source) for chunk in chunks)
+            nodes.extend(leaf_node(chunk, source.title, source.link) for chunk in chunks)
             rows.append(vectors)
         return nodes, np.vstack(rows).astype(np.float32), embedded
 
@@ -358,21 +358,6 @@ class _SummaryCacheView:
 
     def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         return self._channel.cached_summaries(self._profile, keys)
-
-
-def _leaf_node(chunk: Chunk, source: Source) -> Node:
-    return Node(
-        id=leaf_id(chunk.source_id, chunk.ordinal),
-        layer=0,
-        text=chunk.text,
-        tokens=chunk.tokens,
-        source_ids=(source.id,),
-        title=source.title,
-        link=source.link,
-        ordinal=chunk.ordinal,
-        start=chunk.start,
-        end=chunk.end,
-    )
 
 
 def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:

@@ -267,18 +267,7 @@ class ChannelStore:
             )
         hits = []
         for document, metadata, distance in zip(got["documents"][0], got["metadatas"][0], got["distances"][0]):
-            chunk = _chunk_from(document, metadata)
-            node = Node(
-                id=leaf_id(chunk.source_id, chunk.ordinal),
-                layer=0,
-                text=chunk.text,
-                tokens=chunk.tokens,
-                source_ids=(chunk.source_id,),
-                ordinal=chunk.ordinal,
-                start=chunk.start,
-                end=chunk.end,
-            )
-            hits.append(Hit(node=node, score=1.0 - float(distance)))
+            hits.append(Hit(node=leaf_node(_chunk_from(document, metadata)), score=1.0 - float(distance)))
         return hits
 
     # -- summary cache -----------------------------------------------------
@@ -478,6 +467,22 @@ class ChannelStore:
 def leaf_id(source_id: str, ordinal: int) -> str:
     """The id of a leaf: the source's short id and the chunk's ordinal."""
     return f"{source_id[:12]}.{ordinal}"
+
+
+def leaf_node(chunk: Chunk, title: str = "", link: str = "") -> Node:
+    """The leaf node of a chunk, titled and linked as its source."""
+    return Node(
+        id=leaf_id(chunk.source_id, chunk.ordinal),
+        layer=0,
+        text=chunk.text,
+        tokens=chunk.tokens,
+        source_ids=(chunk.source_id,),
+        title=title,
+        link=link,
+        ordinal=chunk.ordinal,
+        start=chunk.start,
+        end=chunk.end,
+    )
 
 
 def node_metadata(node: Node) -> dict[str, Any]:
