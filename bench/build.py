@@ -140,7 +140,9 @@ def measure_size(articles: Sequence[Article], embedder: SentenceTransformerEmbed
     )
 
 
-def measure_repeated(articles: Sequence[Article], embedder: SentenceTransformerEmbedder, repeat: int) -> list[SizeResult]:
+def measure_repeated(
+    articles: Sequence[Article], embedder: SentenceTransformerEmbedder, repeat: int
+) -> list[SizeResult]:
     """``repeat`` independent builds of the same articles, each in a fresh store."""
     return [measure_size(articles, embedder) for _ in range(max(1, repeat))]
 
@@ -202,7 +204,7 @@ def size_tables(results: Sequence[SizeResult], runs: Sequence[Sequence[SizeResul
         [
             [r.articles, r.total_s, r.tokens_per_s, r.embed_only_s, r.ratio, ratio_range(all_runs), r.ingest_ratio,
              r.peak_rss_mib, r.rss_increase_mib]
-            for r, all_runs in zip(results, runs)
+            for r, all_runs in zip(results, runs, strict=True)
         ],
     )
     return "\n\n".join([sizes, "Wall seconds per stage (rb = Engine.rebuild's stage_seconds):\n" + stages, totals])
@@ -210,13 +212,18 @@ def size_tables(results: Sequence[SizeResult], runs: Sequence[Sequence[SizeResul
 
 def target_lines(result: SizeResult, available: int) -> list[str]:
     """PASS/FAIL of the targets, judged on the largest build."""
-    scope = "" if result.articles == available else f" (judged on {result.articles} articles; the target is for all {available})"
-    return [
+    scope = ""
+    if result.articles != available:
+        scope = f" (judged on {result.articles} articles; the target is for all {available})"
+    ratio = (
         f"total build / embedding only = {result.ratio:.2f} (target <= {TARGET_RATIO:.1f}x): "
-        f"{verdict(result.ratio <= TARGET_RATIO)}{scope}",
+        f"{verdict(result.ratio <= TARGET_RATIO)}{scope}"
+    )
+    memory = (
         f"peak RSS = {result.peak_rss_mib:.0f} MiB (target < {TARGET_PEAK_MIB:.0f} MiB = 2.5 GiB): "
-        f"{verdict(result.peak_rss_mib < TARGET_PEAK_MIB)}{scope}",
-    ]
+        f"{verdict(result.peak_rss_mib < TARGET_PEAK_MIB)}{scope}"
+    )
+    return [ratio, memory]
 
 
 def size_json(result: SizeResult, runs: Sequence[SizeResult]) -> dict[str, object]:
@@ -273,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model_load_s": model_load.seconds,
         "warm_up_s": warm_up_s,
         "repeat": args.repeat,
-        "sizes": [size_json(r, size_runs) for r, size_runs in zip(results, runs)],
+        "sizes": [size_json(r, size_runs) for r, size_runs in zip(results, runs, strict=True)],
         "targets": {
             "ratio_max": TARGET_RATIO,
             "peak_rss_mib_max": TARGET_PEAK_MIB,

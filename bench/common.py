@@ -7,50 +7,44 @@ questions, as packaged by L-Eval), found next to the repository under
 
 Timings are wall-clock (``time.perf_counter``). The benchmarks are meant for a
 small shared machine, so every report prints the CPU count and the load
-average at start and end: a high load means noisy figures.
+average at start and end: a high load means noisy figures. The environment
+(offline hub, numba cache) is set by ``bench/__init__.py`` on import.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import logging
 import os
+import platform
+import re
+import resource
+import tempfile
+import time
+import unicodedata
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self
 
-# Before anything imports Hugging Face or numba: no hub, no progress bars, numba's on-disk cache.
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_REPO, ".cache", "numba"))
+import numpy as np
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import resource  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import unicodedata  # noqa: E402
-import warnings  # noqa: E402
-from collections.abc import Iterator, Sequence  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from raptor_engine.answering import ExtractiveAnswerer  # noqa: E402
-from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
-from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
-from raptor_engine.protocols import Embedder, TokenCounter  # noqa: E402
-from raptor_engine.store import ChromaStore  # noqa: E402
-from raptor_engine.summarizing import ExtractiveSummarizer  # noqa: E402
-from raptor_engine.types import ChannelKey, Document, Node  # noqa: E402
+from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.engine import Engine, EngineSettings
+from raptor_engine.protocols import Embedder, TokenCounter
+from raptor_engine.store import ChromaStore
+from raptor_engine.summarizing import ExtractiveSummarizer
+from raptor_engine.types import ChannelKey, Document, Node
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "quality-dev.jsonl"
 LETTERS = "ABCD"
+_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 EMBED_BATCH = 32
 NOISE_NOTE = (
     "Timings are wall-clock on a shared machine (other people's jobs run alongside): "
@@ -131,7 +125,8 @@ def load_articles(path: Path, limit: int | None = None) -> list[Article]:
             if limit is not None and index >= limit:
                 break
             record = json.loads(line)
-            questions = tuple(parse_question(i, o) for i, o in zip(record["instructions"], record["outputs"]))
+            pairs = zip(record["instructions"], record["outputs"], strict=True)
+            questions = tuple(parse_question(instruction, output) for instruction, output in pairs)
             text = record["input"]
             articles.append(Article(index, article_title(text, index), text, questions))
     return articles
@@ -167,7 +162,14 @@ def article_channel(article: Article) -> ChannelKey:
 
 
 def article_document(article: Article) -> Document:
-    return Document(article.text, article.title, link=f"quality-dev.jsonl#{article.index}")
+    """The article as a document, stamped one second after the previous article.
+
+    A channel orders its sources by ``added_at`` (to the second), and that order
+    is the row order the clustering sees; fixed stamps keep the trees of a
+    multi-article channel the same from run to run.
+    """
+    added_at = (_EPOCH + timedelta(seconds=article.index)).isoformat(timespec="seconds")
+    return Document(article.text, article.title, link=f"quality-dev.jsonl#{article.index}", added_at=added_at)
 
 
 def ensure_article_channels(engine: Engine, articles: Sequence[Article]) -> dict[int, ChannelKey]:
@@ -216,7 +218,7 @@ class Stopwatch:
     seconds: float = 0.0
     _started: float = field(default=0.0, repr=False)
 
-    def __enter__(self) -> Stopwatch:
+    def __enter__(self) -> Self:
         self._started = time.perf_counter()
         return self
 
@@ -306,7 +308,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
     def line(row: list[str]) -> str:
-        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
         return "  ".join(parts).rstrip()
 
     rule = "  ".join("-" * w for w in widths)

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     retrieve.add_argument("--mode", choices=[m.value for m in RetrievalMode])
     retrieve.add_argument("--budget", type=int, help="token budget (default 2000)")
     retrieve.add_argument("--top-k", type=int, help="at most this many nodes")
+    retrieve.add_argument("--dense-only", action="store_true", help="collapsed mode without the BM25 fusion")
     retrieve.add_argument("--json", action="store_true", help="print JSON (one object per question)")
     retrieve.add_argument("question", nargs="?", help="the question; without it, one per line from stdin")
     command("inspect", "tree statistics, or one node").add_argument("--node", help="a node id")
@@ -148,6 +149,7 @@ def _retrieve(engine: Engine, channel: ChannelKey, args: argparse.Namespace, std
         mode=RetrievalMode(args.mode) if args.mode else base.mode,
         budget=args.budget if args.budget is not None else base.budget,
         top_k=args.top_k if args.top_k is not None else base.top_k,
+        hybrid=base.hybrid and not args.dense_only,
     )
     questions = [args.question] if args.question is not None else (line.strip() for line in stdin)
     for question in questions:

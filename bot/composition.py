@@ -35,6 +35,7 @@ def engine_settings(config: Config) -> EngineSettings:
             budget=config.retrieval.budget,
             top_k=config.retrieval.top_k,
             per_layer=config.retrieval.per_layer,
+            hybrid=config.retrieval.hybrid,
         ),
     )
 

@@ -65,6 +65,7 @@ class RetrievalConfig(_Section):
     budget: int = Field(default=2000, ge=50, le=100_000)
     top_k: int = Field(default=40, ge=1, le=1000)
     per_layer: int = Field(default=5, ge=1, le=100)
+    hybrid: bool = True
 
 
 class Config(_Section):

@@ -35,6 +35,7 @@ class ExtractiveSettings:
     """
 
     max_sentences: int = 4
+    max_nodes: int = 8  # sentences are read from the best nodes only: each costs an embedding
     min_relevance: float = 0.3
     relative_cut: float = 0.8
 
@@ -56,7 +57,7 @@ class ExtractiveAnswerer:
 
     def answer_now(self, question: str, hits: Sequence[Hit]) -> Answer:
         """The answer, computed in the calling thread."""
-        relevant = [hit for hit in hits if hit.score >= self._settings.min_relevance]
+        relevant = [hit for hit in hits if hit.score >= self._settings.min_relevance][: self._settings.max_nodes]
         if not relevant:
             return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False)
         sentences = _distinct_sentences(relevant)

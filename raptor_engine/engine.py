@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -39,7 +41,8 @@ from raptor_engine.errors import (
 )
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, load_bytes, load_file
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
-from raptor_engine.retrieval import RetrievalSettings, retrieve
+from raptor_engine.lexical import LexicalIndex
+from raptor_engine.retrieval import Query, RetrievalSettings, retrieve
 from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
 from raptor_engine.tree import BuiltTree, ProgressCallback, TreeBuilder
@@ -58,6 +61,8 @@ from raptor_engine.types import (
 )
 
 log = logging.getLogger(__name__)
+
+LEXICAL_CACHE_SIZE = 64  # BM25 indexes kept in memory, one per (channel, tree version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,8 @@ class Engine:
         self._answerer = answerer
         self.settings = settings
         self._channels: dict[ChannelKey, ChannelStore] = {}
+        self._lexicons: OrderedDict[tuple[ChannelKey, int, int], LexicalIndex] = OrderedDict()
+        self._lexicons_lock = threading.Lock()
         self._leaf_profile = profile_digest(embedder.model_id, f"chunk{settings.chunk_tokens}")
         self._summary_profile = profile_digest(embedder.model_id)
 
@@ -252,7 +259,9 @@ class Engine:
         nodes: list[Node] = []
         rows: list[np.ndarray] = []
         embedded = 0
-        for source in sources:
+        # Rows in content order, not arrival order: the same sources give the same tree,
+        # whenever and in whatever order they were added (clustering is order-sensitive).
+        for source in sorted(sources, key=lambda s: s.id):
             if source.id not in cached:
                 text = await asyncio.to_thread(channel.source_text, source.id)
                 chunks, vectors = await asyncio.to_thread(self._chunk_and_embed, source.id, text, stages)
@@ -306,9 +315,24 @@ class Engine:
             )
         sources = {s.id: s for s in channel.list_sources()}
         pending = [sid for sid in sources if state is None or sid not in state.source_ids]
-        vector = self._embedder.embed([question])[0]
-        hits = retrieve(channel, state, pending, self._leaf_profile, vector, settings)
+        query = Query(question, self._embedder.embed([question])[0])
+        lexical = self._lexicon(key, channel, state) if state and settings.hybrid else None
+        hits = retrieve(channel, state, pending, self._leaf_profile, query, settings, lexical)
         return [_titled(hit, sources) for hit in hits]
+
+    def _lexicon(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> LexicalIndex:
+        """The BM25 index of the served tree, built on first use and kept (least recently used out)."""
+        cache_key = (key, state.version, state.revision)
+        with self._lexicons_lock:
+            if cache_key in self._lexicons:
+                self._lexicons.move_to_end(cache_key)
+                return self._lexicons[cache_key]
+        index = LexicalIndex(*channel.node_texts(state.version))  # built outside the lock: may take a while
+        with self._lexicons_lock:
+            self._lexicons[cache_key] = index
+            while len(self._lexicons) > LEXICAL_CACHE_SIZE:
+                self._lexicons.popitem(last=False)
+        return index
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used."""

@@ -3,7 +3,9 @@
 Three modes, as in the paper:
 
 - *collapsed* (default, the paper's best): every layer searched together,
-  nodes taken best first while they fit the token budget;
+  nodes taken best first while they fit the token budget; with ``hybrid``
+  on, the dense ranking is fused with a BM25 ranking of the same nodes
+  (reciprocal-rank fusion), so exact words count as well as meaning;
 - *traversal*: the top layer first, then only the children of the nodes
   chosen, ``per_layer`` nodes at each layer down to the leaves;
 - *leaves*: leaves only, the flat baseline.
@@ -19,12 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raptor_engine.chunking import split_sentences
+from raptor_engine.lexical import LexicalIndex
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.types import Hit, RetrievalMode
 
 DEFAULT_BUDGET = 2000  # tokens: the paper's best collapsed-tree context
 DEFAULT_TOP_K = 40  # at most this many nodes, whatever the budget
 DEFAULT_PER_LAYER = 5  # traversal: nodes kept at each layer
+RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,15 @@ class RetrievalSettings:
     budget: int = DEFAULT_BUDGET
     top_k: int = DEFAULT_TOP_K
     per_layer: int = DEFAULT_PER_LAYER
+    hybrid: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A question as retrieval needs it: its text (for BM25) and its embedding."""
+
+    text: str
+    vector: np.ndarray
 
 
 def retrieve(
@@ -42,25 +56,71 @@ def retrieve(
     state: TreeState | None,
     pending: Sequence[str],
     leaf_profile: str,
-    vector: np.ndarray,
+    query: Query,
     settings: RetrievalSettings,
+    lexical: LexicalIndex | None = None,
 ) -> list[Hit]:
-    """The hits for a query vector, best first, within ``settings.budget`` tokens.
+    """The hits for a query, in rank order, within ``settings.budget`` tokens.
 
     ``state`` is the served tree (None before the first build); ``pending`` the
-    ids of sources not yet in it, searched in the leaf cache under ``leaf_profile``.
+    ids of sources not yet in it, searched in the leaf cache under ``leaf_profile``;
+    ``lexical`` the served tree's BM25 index, used in hybrid collapsed mode.
+    Each hit's score is its cosine similarity to the question; the rank is the
+    dense one, or the fused one in hybrid mode.
     """
     pool = settings.top_k * 2
+    vector = query.vector
     if state is None:
-        candidates = []
+        ranked: list[Hit] = []
     elif settings.mode is RetrievalMode.TRAVERSAL:
-        candidates = _traverse(store, state, vector, settings.per_layer)
+        ranked = _by_score(_traverse(store, state, vector, settings.per_layer))
     elif settings.mode is RetrievalMode.LEAVES:
-        candidates = store.query_tree(state.version, vector, pool, where={"layer": 0})
+        ranked = store.query_tree(state.version, vector, pool, where={"layer": 0})
     else:
-        candidates = store.query_tree(state.version, vector, pool)
-    candidates += store.query_leaves(leaf_profile, vector, pending, pool)
-    return fill_budget(candidates, settings.budget, settings.top_k)
+        ranked = store.query_tree(state.version, vector, pool)
+        if settings.hybrid and lexical is not None:
+            ranked = _fuse(store, state, query, ranked, lexical.top(query.text, pool))
+    # Leaves of sources not yet built in are merged by cosine, ahead of tree nodes they beat.
+    fresh = store.query_leaves(leaf_profile, vector, pending, pool)
+    return fill_budget(_merge_by_score(ranked, fresh), settings.budget, settings.top_k)
+
+
+def _fuse(
+    store: ChannelStore, state: TreeState, query: Query, dense: list[Hit], lexical: list[tuple[str, float]]
+) -> list[Hit]:
+    """Dense and BM25 rankings of the same nodes fused by reciprocal rank.
+
+    Nodes found only lexically get their cosine from Chroma (one query
+    restricted to their ids), so every hit keeps a comparable score.
+    """
+    known = {hit.node.id: hit for hit in dense}
+    missing = [node_id for node_id, _ in lexical if node_id not in known]
+    for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing):
+        known[hit.node.id] = hit
+    fused: dict[str, float] = {}
+    for ranking in ([hit.node.id for hit in dense], [node_id for node_id, _ in lexical]):
+        for rank, node_id in enumerate(ranking):
+            fused[node_id] = fused.get(node_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+    order = sorted((node_id for node_id in fused if node_id in known), key=lambda i: (-fused[i], i))
+    return [known[node_id] for node_id in order]
+
+
+def _by_score(hits: Sequence[Hit]) -> list[Hit]:
+    return sorted(hits, key=lambda h: (-h.score, h.node.id))
+
+
+def _merge_by_score(ranked: list[Hit], fresh: list[Hit]) -> list[Hit]:
+    """``ranked`` in its order, with each of ``fresh`` (best first) placed before the
+    first ranked hit it scores higher than."""
+    if not fresh:
+        return ranked
+    merged: list[Hit] = []
+    pending = _by_score(fresh)
+    for hit in ranked:
+        while pending and pending[0].score > hit.score:
+            merged.append(pending.pop(0))
+        merged.append(hit)
+    return merged + pending
 
 
 def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
@@ -77,21 +137,34 @@ def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_lay
     return selected
 
 
-def fill_budget(candidates: Sequence[Hit], budget: int, top_k: int) -> list[Hit]:
-    """The best distinct candidates, best first, whose tokens add up to at most ``budget``.
+def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: float = 0.5) -> list[Hit]:
+    """The first distinct hits of ``ranked`` whose tokens add up to at most ``budget``.
 
     Unlike the reference code, which stops at the first node that does not fit,
     a node that does not fit is skipped and smaller ones after it still count.
+    A node whose sentences are already, for more than ``max_overlap`` of them,
+    in the nodes chosen before it is skipped too: extractive summaries repeat
+    their leaves' sentences, and a repeat spends the budget on nothing new.
     """
     chosen: list[Hit] = []
-    seen: set[str] = set()
+    seen_ids: set[str] = set()
+    seen_sentences: set[str] = set()
     used = 0
-    for hit in sorted(candidates, key=lambda h: (-h.score, h.node.id)):
-        if hit.node.id in seen or used + hit.node.tokens > budget:
+    for hit in ranked:
+        if hit.node.id in seen_ids or used + hit.node.tokens > budget:
+            continue
+        sentences = _sentence_set(hit.node.text)
+        if sentences and len(sentences & seen_sentences) > max_overlap * len(sentences):
             continue
         chosen.append(hit)
-        seen.add(hit.node.id)
+        seen_ids.add(hit.node.id)
+        seen_sentences |= sentences
         used += hit.node.tokens
         if len(chosen) >= top_k:
             break
     return chosen
+
+
+def _sentence_set(text: str) -> set[str]:
+    """The node's sentences, whitespace-folded and lower-cased, for overlap tests."""
+    return {" ".join(text[start:end].split()).lower() for start, end in split_sentences(text)}

@@ -29,7 +29,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ class TreeState:
     embedder_id: str
     source_ids: tuple[str, ...]
     nodes_per_layer: dict[int, int]
+    revision: int = 0  # bumped when nodes are removed from the served tree (forget)
 
 
 class ChromaStore:
@@ -324,6 +325,7 @@ class ChannelStore:
             embedder_id=str(meta["embedder"]),
             source_ids=tuple(meta.get("sources") or ()),
             nodes_per_layer={int(k): int(v) for k, v in json.loads(str(meta["layers"])).items()},
+            revision=int(meta.get("revision", 0)),
         )
 
     def next_version(self) -> int:
@@ -351,17 +353,21 @@ class ChannelStore:
 
     def switch_to(self, state: TreeState) -> None:
         """Serves ``state.version`` from now on (one write), then drops older trees."""
+        self._write_state(state)
+        self.drop_stale_trees(keep_previous=True)
+
+    def _write_state(self, state: TreeState) -> None:
         meta: dict[str, Any] = {
             "version": state.version,
             "built_at": state.built_at,
             "embedder": state.embedder_id,
             "layers": json.dumps({str(k): v for k, v in sorted(state.nodes_per_layer.items())}),
+            "revision": state.revision,
         }
         if state.source_ids:
             meta["sources"] = list(state.source_ids)
         with _translated("switching to the new tree"):
             self._collection("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
-        self.drop_stale_trees(keep_previous=True)
 
     def drop_stale_trees(self, keep_previous: bool = True) -> None:
         """Deletes tree versions that are neither served nor (optionally) the one before it.
@@ -391,6 +397,12 @@ class ChannelStore:
             return []
         with _translated("searching the tree"):
             collection = self._tree(version)
+            if ids is not None:
+                # Chroma fails the whole query on an unknown id; another process may have
+                # removed some (forget) since the caller looked.
+                ids = collection.get(ids=list(ids), include=[])["ids"]
+                if not ids:
+                    return []
             got = collection.query(
                 query_embeddings=[vector],
                 n_results=min(n, collection.count()) or 1,
@@ -411,6 +423,12 @@ class ChannelStore:
             got = self._tree(version).get(ids=list(ids), include=["documents", "metadatas"])
         found = {i: node_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])}
         return [found[i] for i in ids if i in found]
+
+    def node_texts(self, version: int) -> tuple[list[str], list[str]]:
+        """The ids and texts of every node of a tree version (to index them lexically)."""
+        with _translated("reading node texts"):
+            got = self._tree(version).get(include=["documents"])
+        return list(got["ids"]), list(got["documents"])
 
     def list_layer(self, version: int, layer: int, limit: int) -> list[Node]:
         """Up to ``limit`` nodes of one layer of a tree version, widest (most children) first."""
@@ -442,6 +460,9 @@ class ChannelStore:
                 removed = self._remove_from_tree(self._tree(version), source_id)
                 if state and version == state.version:
                     removed_live = removed
+        if state and removed_live:
+            # Readers key what they derive from the tree (the BM25 index) on the revision.
+            self._write_state(replace(state, revision=state.revision + 1))
         return removed_live
 
     def _remove_from_tree(self, collection: Any, source_id: str) -> int:
