@@ -29,6 +29,7 @@ from raptor_engine.types import Hit, RetrievalMode
 DEFAULT_BUDGET = 2000  # tokens: the paper's best collapsed-tree context
 DEFAULT_TOP_K = 40  # at most this many nodes, whatever the budget
 DEFAULT_PER_LAYER = 5  # traversal: nodes kept at each layer
+MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
 RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
 
 
@@ -82,7 +83,10 @@ def retrieve(
             ranked = _fuse(store, state, query, ranked, lexical.top(query.text, pool))
     # Leaves of sources not yet built in are merged by cosine, ahead of tree nodes they beat.
     fresh = store.query_leaves(leaf_profile, vector, pending, pool)
-    return fill_budget(_merge_by_score(ranked, fresh), settings.budget, settings.top_k)
+    # Collapsed mode mixes layers, so a summary may repeat leaves already taken;
+    # traversal keeps its path through the layers whole.
+    overlap = MAX_SUMMARY_OVERLAP if settings.mode is RetrievalMode.COLLAPSED else None
+    return fill_budget(_merge_by_score(ranked, fresh), settings.budget, settings.top_k, overlap)
 
 
 def _fuse(
@@ -137,14 +141,15 @@ def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_lay
     return selected
 
 
-def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: float = 0.5) -> list[Hit]:
+def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: float | None = None) -> list[Hit]:
     """The first distinct hits of ``ranked`` whose tokens add up to at most ``budget``.
 
     Unlike the reference code, which stops at the first node that does not fit,
     a node that does not fit is skipped and smaller ones after it still count.
-    A node whose sentences are already, for more than ``max_overlap`` of them,
-    in the nodes chosen before it is skipped too: extractive summaries repeat
-    their leaves' sentences, and a repeat spends the budget on nothing new.
+    With ``max_overlap`` set, a summary whose sentences are already, for more
+    than that share of them, in the nodes chosen before it is skipped too: extractive summaries
+    repeat their leaves' sentences, and a repeat spends the budget on nothing
+    new. Leaves are never skipped for overlap: they are the evidence cited.
     """
     chosen: list[Hit] = []
     seen_ids: set[str] = set()
@@ -154,7 +159,8 @@ def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: flo
         if hit.node.id in seen_ids or used + hit.node.tokens > budget:
             continue
         sentences = _sentence_set(hit.node.text)
-        if sentences and len(sentences & seen_sentences) > max_overlap * len(sentences):
+        repeated = len(sentences & seen_sentences)
+        if max_overlap is not None and hit.node.layer > 0 and repeated > max_overlap * len(sentences):
             continue
         chosen.append(hit)
         seen_ids.add(hit.node.id)

@@ -84,7 +84,8 @@ def test_every_mode_respects_the_budget(engine: Engine, channel: ChannelKey, mod
     build(engine, channel)
     hits = engine.retrieve(channel, "How are deployments rolled out?", RetrievalSettings(mode=mode, budget=300, top_k=10))
     assert hits and sum(h.node.tokens for h in hits) <= 300
-    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    if mode is not RetrievalMode.COLLAPSED:  # collapsed ranks by fused dense + BM25 rank, not by score
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     if mode is RetrievalMode.LEAVES:
         assert {h.node.layer for h in hits} == {0}
     if mode is RetrievalMode.TRAVERSAL:
@@ -135,12 +136,16 @@ def test_rebuild_without_change_reuses_all_work(engine: Engine, channel: Channel
     assert second.version == first.version + 1
 
 
-def test_same_input_gives_the_same_tree(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+def test_same_input_gives_the_same_tree_whatever_the_arrival_order(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
     other = ChannelKey(channel.platform, channel.workspace, channel.channel + "-twin")
     engine = make_engine(store, embedder)
+    garden = Document(OTHER_TEXT, "garden")
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(channel, garden)
+    engine.ingest(other, garden)
+    engine.ingest_file(other, SAMPLE)
     trees = []
     for key in (channel, other):
-        engine.ingest_file(key, SAMPLE)
         build(engine, key)
         root = engine.top_nodes(key, 1)[0]
         trees.append((engine.stats(key).nodes_per_layer, root.id, root.text))
@@ -188,3 +193,13 @@ def test_same_behaviour_on_a_chroma_server(any_store, embedder, channel: Channel
     engine.forget(channel, garden.id)
     hits = engine.retrieve(channel, "When are tomatoes planted?")
     assert all(garden.id not in h.node.source_ids for h in hits)
+
+
+def test_hybrid_retrieval_finds_exact_codes(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    tickets = engine.ingest(channel, Document("Ticket QX-4471 tracks the broken refund export. " + OTHER_TEXT, "tickets"))
+    build(engine, channel)
+    hybrid = engine.retrieve(channel, "QX-4471")
+    assert "QX-4471" in hybrid[0].node.text
+    engine.forget(channel, tickets.source.id)  # the BM25 index must not serve removed nodes
+    assert all("QX-4471" not in hit.node.text for hit in engine.retrieve(channel, "QX-4471"))

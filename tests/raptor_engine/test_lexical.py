@@ -1,0 +1,28 @@
+"""The BM25 index used by hybrid retrieval."""
+
+from __future__ import annotations
+
+from raptor_engine.lexical import LexicalIndex
+
+
+def test_rare_terms_rank_first_and_stop_words_score_nothing() -> None:
+    index = LexicalIndex(
+        ["a", "b", "c"],
+        ["The cat sat on the mat.", "Dogs chase cars; ticket ACME-1234 is open.", "A cat and a dog."],
+    )
+    assert [node_id for node_id, _ in index.top("acme 1234", 5)] == ["b"]
+    assert [node_id for node_id, _ in index.top("cat", 5)] == ["c", "a"]  # the shorter text first
+    assert index.top("the and of", 5) == []
+    assert index.top("unknown words", 5) == []
+    assert len(index.top("cat dog", 1)) == 1
+
+
+def test_texts_without_indexable_words_give_an_empty_index() -> None:
+    assert LexicalIndex([], []).top("anything", 3) == []
+    assert LexicalIndex(["x"], ["the and of"]).top("the", 3) == []
+
+
+def test_scores_are_positive_and_descending() -> None:
+    index = LexicalIndex([str(i) for i in range(4)], ["apple " * (i + 1) + "pear" for i in range(4)])
+    scores = [score for _, score in index.top("apple", 4)]
+    assert all(score > 0 for score in scores) and scores == sorted(scores, reverse=True)
