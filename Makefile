@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export ANONYMIZED_TELEMETRY := False
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from bench.common import (
-    NOISE_NOTE,
     Article,
     Stopwatch,
     TimedEmbedder,
@@ -35,9 +34,9 @@ from bench.common import (
     load_embedder,
     machine_info,
     machine_line,
+    start_run,
     offline_engine,
     peak_rss_mib,
-    quiet_logs,
     table,
     tree_nodes,
     verdict,
@@ -240,16 +239,13 @@ def size_json(result: SizeResult, runs: Sequence[SizeResult]) -> dict[str, objec
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the build benchmark; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    quiet_logs()
     articles = load_articles(args.data)
     sizes = [size for size in args.sizes if size <= len(articles)]
     if len(sizes) < len(args.sizes):
         print(f"note: only {len(articles)} articles in {args.data}; sizes above that are skipped")
     if not sizes:
         return 2
-    start_info = machine_info()
-    print(machine_line("machine at start"))
-    print(NOISE_NOTE)
+    start_info = start_run()
     with Stopwatch() as model_load:
         embedder = load_embedder()
     warm_up_s = warm_up_clustering()

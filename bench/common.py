@@ -293,6 +293,15 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def start_run() -> dict[str, Any]:
+    """Quiets library logs and prints the machine's state and the noise note; returns that state."""
+    quiet_logs()
+    info = machine_info()
+    print(machine_line("machine at start"))
+    print(NOISE_NOTE)
+    return info
+
+
 def machine_line(label: str) -> str:
     info = machine_info()
     load = ", ".join(f"{x:.2f}" for x in info["load_average"])

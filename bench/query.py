@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.common import (
-    NOISE_NOTE,
     Stopwatch,
     TimedEmbedder,
     add_articles_argument,
@@ -34,8 +33,8 @@ from bench.common import (
     load_embedder,
     machine_info,
     machine_line,
+    start_run,
     offline_engine,
-    quiet_logs,
     table,
     verdict,
     write_json,
@@ -118,11 +117,8 @@ def latency_table(results: dict[str, Latencies]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the query benchmark; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    quiet_logs()
     articles = load_articles(args.data, args.articles)
-    start_info = machine_info()
-    print(machine_line("machine at start"))
-    print(NOISE_NOTE)
+    start_info = start_run()
     embedder = load_embedder()
     timed = TimedEmbedder(embedder)
     with data_dir(args.data_dir, "bench-query-") as directory:

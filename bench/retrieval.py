@@ -31,7 +31,6 @@ import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer
 
 from bench.common import (
-    NOISE_NOTE,
     Article,
     Question,
     Stopwatch,
@@ -45,9 +44,9 @@ from bench.common import (
     load_embedder,
     machine_info,
     machine_line,
+    start_run,
     normalised,
     offline_engine,
-    quiet_logs,
     table,
     tree_nodes,
     verdict,
@@ -309,11 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the retrieval-quality benchmark; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    quiet_logs()
     articles = load_articles(args.data, args.articles)
-    start_info = machine_info()
-    print(machine_line("machine at start"))
-    print(NOISE_NOTE)
+    start_info = start_run()
     print("One tree per article, each in its own channel (the paper builds one tree per document).")
     embedder = load_embedder()
     cache = EmbeddingCache(embedder)

@@ -54,10 +54,7 @@ class SentenceTransformerEmbedder:
         """A token counter using this model's own tokenizer, without padding or truncation."""
         if Path(self._location).is_dir():
             return HuggingFaceTokenCounter.from_model_dir(Path(self._location))
-        from tokenizers import Tokenizer
-
-        backend = self._model.tokenizer.backend_tokenizer
-        return HuggingFaceTokenCounter(Tokenizer.from_str(backend.to_str()))
+        return HuggingFaceTokenCounter(self._model.tokenizer.backend_tokenizer)  # it works on its own copy
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embeds ``texts`` in batches; see the ``Embedder`` protocol."""
