@@ -50,4 +50,6 @@ def open_store(config: Config) -> ChromaStore:
 
 def build_engine(config: Config) -> Engine:
     """An engine on the offline defaults over the configured store and model."""
-    return Engine.offline(open_store(config), engine_settings(config), model=config.embedder.model)
+    return Engine.offline(
+        open_store(config), engine_settings(config), model=config.embedder.model, batch_size=config.embedder.batch_size
+    )

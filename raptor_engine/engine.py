@@ -111,10 +111,12 @@ class Engine:
         self._summary_profile = profile_digest(embedder.model_id)
 
     @classmethod
-    def offline(cls, store: ChromaStore, settings: EngineSettings = EngineSettings(), model: str = "") -> Engine:
-        """An engine on the offline defaults: a local sentence-transformers model,
-        extractive summaries and extractive answers."""
-        embedder = SentenceTransformerEmbedder(model)
+    def offline(
+        cls, store: ChromaStore, settings: EngineSettings = EngineSettings(), model: str = "", batch_size: int = 32
+    ) -> Engine:
+        """An engine on the offline defaults: a local sentence-transformers model
+        (``model``, empty for the packaged one), extractive summaries and answers."""
+        embedder = SentenceTransformerEmbedder(model, batch_size=batch_size)
         counter = embedder.token_counter()
         summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
         return cls(store, embedder, counter, summarizer, ExtractiveAnswerer(embedder), settings)

@@ -123,3 +123,16 @@ def test_sigkill_mid_rebuild_keeps_previous_tree_and_sources(tmp_path: Path) -> 
     assert ask.returncode == 0 and "[1]" in ask.stdout
     rebuilt = bot_process("--data-dir", data, "rebuild", "--channel", "c")
     assert rebuilt.returncode == 0 and "from 3 source(s)" in rebuilt.stdout
+
+
+def test_config_points_the_cli_at_a_chroma_server(tmp_path: Path, chroma_server: tuple[str, int]) -> None:
+    host, port = chroma_server
+    config = tmp_path / "server.yaml"
+    config.write_text(f"chroma:\n  host: {host}\n  port: {port}\n")
+    channel = f"server-{tmp_path.name}"
+    common = ("--config", str(config), "--data-dir", str(tmp_path / "data"))
+    assert run(*common, "ingest", "--channel", channel, str(SAMPLE))[0] == 0
+    assert run(*common, "rebuild", "--channel", channel)[0] == 0
+    code, out = run(*common, "ask", "--channel", channel, "Who may roll back a deployment?")
+    assert code == 0 and "[1]" in out
+    assert not (tmp_path / "data").exists()  # nothing was written to an embedded store
