@@ -77,19 +77,29 @@ def chroma_executable() -> str:
     return found
 
 
+def start_chroma_server(path: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Starts `chroma run` on a free port of 127.0.0.1 and waits until it listens."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [chroma_executable(), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_for_port(port, process, timeout=60)
+    except RuntimeError:
+        process.kill()
+        raise
+    return process, port
+
+
 @pytest.fixture(scope="session")
 def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """A real Chroma server (`chroma run`) on 127.0.0.1 for the whole session."""
-    port = free_port()
     path = tmp_path_factory.mktemp("chroma-server")
-    log = open(path / "server.log", "wb")
-    process = subprocess.Popen(
-        [chroma_executable(), "run", "--path", str(path / "db"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    process, port = start_chroma_server(path / "db", path / "server.log")
     try:
-        _wait_for_port(port, process, timeout=60)
         yield "127.0.0.1", port
     finally:
         process.terminate()
@@ -97,7 +107,6 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
-        log.close()
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:

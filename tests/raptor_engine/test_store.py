@@ -99,3 +99,17 @@ def test_removing_a_source_cleans_links(any_store: ChromaStore, channel: Channel
 def test_unreachable_server_is_a_clear_error() -> None:
     with pytest.raises(StoreUnavailable, match="cannot reach the Chroma server"):
         ChromaStore.remote("127.0.0.1", free_port())
+
+
+def test_a_server_going_away_is_a_clear_error(tmp_path, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import start_chroma_server
+
+    process, port = start_chroma_server(tmp_path / "db", tmp_path / "server.log")
+    try:
+        store = ChromaStore.remote("127.0.0.1", port).channel(channel)
+        assert store.list_sources() == []
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    with pytest.raises(StoreUnavailable, match="cannot be reached"):
+        store.list_sources()
