@@ -183,4 +183,4 @@ def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
     print(format_report(_rebuild(engine, channel)), file=stdout)
     print(f"\nQ: {SAMPLE_QUESTION}\n", file=stdout)
     print(format_answer(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
-    print(f"\nAsk your own: python -m bot ask --channel {channel.channel} \"...\"", file=stdout)
+    print(f"\nAsk your own: .venv/bin/python -m bot ask --channel {channel.channel} \"...\"", file=stdout)

@@ -202,8 +202,9 @@ class Engine:
         every node of the stored trees that covers it. Returns the removed source."""
         source = self.find_source(key, reference)
         channel = self._channel(key)
-        channel.delete_source(source.id)
+        # Nodes first: if this stops half-way, the source is still listed and can be forgotten again.
         removed = channel.remove_source_from_trees(source.id)
+        channel.delete_source(source.id)
         log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
         return source
 
@@ -301,6 +302,11 @@ class Engine:
         )
         channel.switch_to(state)
         channel.prune_summaries(self._summary_profile, built.used_keys)
+        # A source forgotten while this build ran must not come back with the new tree.
+        remaining = {s.id for s in channel.list_sources()}
+        for source in sources:
+            if source.id not in remaining:
+                channel.remove_source_from_trees(source.id)
         return state
 
     # -- questions -----------------------------------------------------------

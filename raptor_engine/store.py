@@ -352,9 +352,11 @@ class ChannelStore:
                 )
 
     def switch_to(self, state: TreeState) -> None:
-        """Serves ``state.version`` from now on (one write), then drops older trees."""
+        """Serves ``state.version`` from now on (one write), then drops every other
+        tree but the one served until now (readers in flight may still use it)."""
+        previous = self.live_state()
         self._write_state(state)
-        self.drop_stale_trees(keep_previous=True)
+        self._drop_trees_except({state.version} | ({previous.version} if previous else set()))
 
     def _write_state(self, state: TreeState) -> None:
         meta: dict[str, Any] = {
@@ -369,18 +371,18 @@ class ChannelStore:
         with _translated("switching to the new tree"):
             self._collection("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
 
-    def drop_stale_trees(self, keep_previous: bool = True) -> None:
-        """Deletes tree versions that are neither served nor (optionally) the one before it.
-
-        Versions newer than the served one are leftovers of crashed builds.
-        """
+    def drop_stale_trees(self) -> None:
+        """Deletes trees left by builds that never switched over (crashed or failed):
+        every version newer than the served one."""
         state = self.live_state()
         live = state.version if state else 0
+        with _translated("dropping unfinished trees"):
+            stale = {v for v in self._tree_versions() if v > live}
+        self._drop_trees_except(set(self._tree_versions()) - stale)
+
+    def _drop_trees_except(self, keep: set[int]) -> None:
         with _translated("dropping old trees"):
-            versions = self._tree_versions()
-            older = [v for v in versions if v < live]
-            keep = {live} | ({older[-1]} if keep_previous and older else set())
-            for version in versions:
+            for version in self._tree_versions():
                 if version not in keep:
                     self._client.delete_collection(f"{self._prefix}-t{version}")
 

@@ -10,6 +10,7 @@ import pytest
 from raptor_engine.engine import Engine
 from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, NothingToBuild, ProviderError
 from raptor_engine.retrieval import RetrievalSettings
+from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, RetrievalMode
 from tests.conftest import SAMPLE, make_engine
 
@@ -203,3 +204,29 @@ def test_hybrid_retrieval_finds_exact_codes(engine: Engine, channel: ChannelKey)
     assert "QX-4471" in hybrid[0].node.text
     engine.forget(channel, tickets.source.id)  # the BM25 index must not serve removed nodes
     assert all("QX-4471" not in hit.node.text for hit in engine.retrieve(channel, "QX-4471"))
+
+
+def test_a_source_forgotten_during_a_rebuild_stays_forgotten(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(store, embedder)
+    engine.ingest_file(channel, SAMPLE)
+    garden = engine.ingest(channel, Document(OTHER_TEXT, "garden")).source
+    inner = ExtractiveSummarizer(embedder.token_counter())
+
+    class ForgetsMidway:
+        """A summariser during whose first call someone forgets the garden source."""
+
+        identity = inner.identity
+
+        def __init__(self) -> None:
+            self.forgotten = False
+
+        async def summarize(self, texts: Sequence[str]) -> str:
+            if not self.forgotten:
+                self.forgotten = True
+                await asyncio.to_thread(engine.forget, channel, garden.id)
+            return await inner.summarize(texts)
+
+    racing = Engine(store, embedder, embedder.token_counter(), ForgetsMidway(), engine._answerer)
+    build(racing, channel)
+    hits = engine.retrieve(channel, "When are tomatoes planted?", RetrievalSettings(top_k=1000, budget=100_000))
+    assert hits and all(garden.id not in h.node.source_ids for h in hits)
