@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     retrieve.add_argument("--budget", type=int, help="token budget (default 2000)")
     retrieve.add_argument("--top-k", type=int, help="at most this many nodes")
     retrieve.add_argument("--dense-only", action="store_true", help="collapsed mode without the BM25 fusion")
-    retrieve.add_argument("--json", action="store_true", help="print JSON (one object per question)")
+    retrieve.add_argument("--json", action="store_true", help="print JSON: one object per question, one line per input line")
     retrieve.add_argument("question", nargs="?", help="the question; without it, one per line from stdin")
     command("inspect", "tree statistics, or one node").add_argument("--node", help="a node id")
     command("sources", "list the channel's sources")
@@ -153,9 +153,8 @@ def _retrieve(engine: Engine, channel: ChannelKey, args: argparse.Namespace, std
     )
     questions = [args.question] if args.question is not None else (line.strip() for line in stdin)
     for question in questions:
-        if not question:
-            continue
-        hits = engine.retrieve(channel, question, settings)
+        # A blank line still gets its (empty) answer line: output line N answers input line N.
+        hits = engine.retrieve(channel, question, settings) if question else []
         if args.json:
             print(json.dumps({"hits": [hit_json(hit) for hit in hits]}, ensure_ascii=False), file=stdout, flush=True)
         else:

@@ -64,7 +64,8 @@ def test_retrieve_json_shape_and_stdin_mode(tmp_path: Path) -> None:
     questions = "How do we deploy?\nWho is on call?\n\nWhat is the ledger?\n"
     code, out = run("--data-dir", data, "retrieve", "--channel", "c", "--json", "--mode", "leaves", stdin=questions)
     lines = out.strip().splitlines()
-    assert code == 0 and len(lines) == 3
+    assert code == 0 and len(lines) == 4  # one line per input line, the blank one included
+    assert json.loads(lines[2]) == {"hits": []}
     assert all(h["layer"] == 0 for line in lines for h in json.loads(line)["hits"])
 
 
