@@ -131,12 +131,15 @@ def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: 
     """Ingests each file; a refused file is reported and the others still go in."""
     failures = 0
     for path in files:
+        progress = TerminalProgress(plain_lines=False)  # scripts ingesting many files want a quiet stderr
         try:
-            result = engine.ingest_file(channel, path)
+            result = engine.ingest_file(channel, path, progress=progress)
         except RaptorError as exc:
             print(f"error: {exc}", file=sys.stderr)
             failures += 1
             continue
+        finally:
+            progress.close()
         verb = "already stored" if result.duplicate else f"stored ({result.leaves} excerpts)"
         print(f"{path}: {verb} as {result.source.id[:12]} \"{result.source.title}\"", file=stdout)
     return 1 if failures else 0

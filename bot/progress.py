@@ -12,9 +12,11 @@ class TerminalProgress:
     """A ``ProgressCallback`` that draws a tqdm bar on a terminal and prints a line
     per stage change otherwise (logs, pipes), so progress never floods a file."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, stream: TextIO = sys.stderr, plain_lines: bool = True) -> None:
+        """``plain_lines=False`` shows nothing at all when ``stream`` is not a terminal."""
         self._stream = stream
         self._interactive = stream.isatty()
+        self._plain_lines = plain_lines
         self._bar = None
         self._current: tuple[str, int] | None = None
 
@@ -28,7 +30,7 @@ class TerminalProgress:
                 from tqdm import tqdm
 
                 self._bar = tqdm(total=event.total, desc=label, file=self._stream, leave=False)
-            else:
+            elif self._plain_lines:
                 print(f"{label} ({event.total})", file=self._stream, flush=True)
         if self._bar is not None:
             self._bar.n = event.done

@@ -45,7 +45,7 @@ from raptor_engine.lexical import LexicalIndex
 from raptor_engine.retrieval import Query, RetrievalSettings, retrieve
 from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
-from raptor_engine.tree import BuiltTree, ProgressCallback, TreeBuilder
+from raptor_engine.tree import BuildProgress, BuiltTree, ProgressCallback, TreeBuilder
 from raptor_engine.types import (
     Answer,
     BuildReport,
@@ -62,6 +62,7 @@ from raptor_engine.types import (
 
 log = logging.getLogger(__name__)
 
+EMBED_SLICE = 256  # chunks embedded per call when ingesting: progress is reported between slices
 LEXICAL_CACHE_SIZE = 64  # BM25 indexes kept in memory, one per (channel, tree version)
 
 
@@ -132,12 +133,15 @@ class Engine:
 
     # -- sources -------------------------------------------------------------
 
-    def ingest(self, key: ChannelKey, document: Document) -> IngestResult:
+    def ingest(
+        self, key: ChannelKey, document: Document, progress: ProgressCallback | None = None
+    ) -> IngestResult:
         """Stores a document as a source of the channel and caches its embedded leaves.
 
         The same text stored twice is stored once (``duplicate`` is then True).
         Its excerpts can be retrieved at once; its summaries come with the next
-        rebuild. Raises ``DocumentRejected`` for a text with nothing in it.
+        rebuild. ``progress`` hears how embedding goes (a large file takes
+        minutes). Raises ``DocumentRejected`` for a text with nothing in it.
         """
         text = unicodedata.normalize("NFC", document.text)
         if not text.strip():
@@ -160,7 +164,7 @@ class Engine:
         # The text goes in first: if anything after fails, the source is kept and
         # the next rebuild chunks and embeds it again.
         channel.put_source(source, text)
-        chunks, vectors = self._chunk_and_embed(source_id, text)
+        chunks, vectors = self._chunk_and_embed(source_id, text, progress=progress)
         channel.put_leaves(self._leaf_profile, chunks, vectors)
         log.info("channel %s: stored source %s (%d leaves)", key, source_id[:12], len(chunks))
         return IngestResult(source, duplicate=False, leaves=len(chunks))
@@ -173,11 +177,13 @@ class Engine:
         document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, "", external_id)
         return self.ingest(key, document)
 
-    def ingest_file(self, key: ChannelKey, path: Path, added_by: str = "") -> IngestResult:
+    def ingest_file(
+        self, key: ChannelKey, path: Path, added_by: str = "", progress: ProgressCallback | None = None
+    ) -> IngestResult:
         """Loads a local file and ingests it, linked by its ``file://`` URI."""
         loaded = load_file(path, self.settings.max_file_bytes)
         link = path.resolve().as_uri()
-        return self.ingest(key, Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by))
+        return self.ingest(key, Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by), progress)
 
     def sources(self, key: ChannelKey) -> list[Source]:
         """The channel's sources, oldest first."""
@@ -277,12 +283,24 @@ class Engine:
         return nodes, np.vstack(rows).astype(np.float32), embedded
 
     def _chunk_and_embed(
-        self, source_id: str, text: str, stages: dict[str, float] | None = None
+        self,
+        source_id: str,
+        text: str,
+        stages: dict[str, float] | None = None,
+        progress: ProgressCallback | None = None,
     ) -> tuple[list[Chunk], np.ndarray]:
+        """The source's chunks and their vectors, embedded in slices so progress can be shown."""
         started = time.perf_counter()
         chunks = chunk_text(text, source_id, self._counter, self.settings.chunk_tokens)
         chunked = time.perf_counter()
-        vectors = self._embedder.embed([chunk.text for chunk in chunks])
+        texts = [chunk.text for chunk in chunks]
+        report = progress or (lambda _: None)
+        parts = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            report(BuildProgress("embed", start, len(texts)))
+            parts.append(self._embedder.embed(texts[start : start + EMBED_SLICE]))
+        report(BuildProgress("embed", len(texts), len(texts)))
+        vectors = np.vstack(parts) if parts else self._embedder.embed([])
         if stages is not None:
             stages["chunk"] = stages.get("chunk", 0.0) + chunked - started
             stages["embed"] = stages.get("embed", 0.0) + time.perf_counter() - chunked
