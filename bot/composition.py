@@ -5,10 +5,16 @@ from __future__ import annotations
 import logging
 
 from bot.config import Config
+from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.clustering import ClusteringSettings
+from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
+from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
+from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import ChromaStore
+from raptor_engine.summarizing import ExtractiveSummarizer
+from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
 from raptor_engine.types import RetrievalMode
 
 log = logging.getLogger(__name__)
@@ -48,8 +54,41 @@ def open_store(config: Config) -> ChromaStore:
     return ChromaStore.embedded(config.data_dir / "chroma")
 
 
-def build_engine(config: Config) -> Engine:
-    """An engine on the offline defaults over the configured store and model."""
-    return Engine.offline(
-        open_store(config), engine_settings(config), model=config.embedder.model, batch_size=config.embedder.batch_size
+def llm_settings(config: Config) -> LLMSettings:
+    """The language-model endpoint's settings (``llm.base_url`` must be set)."""
+    llm = config.llm
+    return LLMSettings(
+        base_url=llm.base_url or "",
+        model=llm.model,
+        api_key=llm.api_key.get_secret_value(),
+        max_concurrency=llm.max_concurrency,
+        timeout_s=llm.timeout_s,
+        max_retries=llm.max_retries,
+        summary_tokens=llm.summary_tokens,
+        answer_tokens=llm.answer_tokens,
+        context_tokens=llm.context_tokens,
     )
+
+
+def build_engine(config: Config) -> Engine:
+    """The engine the configuration describes: the offline defaults, with the
+    language model summarising and answering where ``llm.base_url`` is set, and
+    embedding through its API where ``embedder.provider`` is ``api``."""
+    settings = engine_settings(config)
+    store = open_store(config)
+    client = LLMClient(llm_settings(config)) if config.llm.base_url else None
+    embedder: Embedder
+    if client is not None and config.embedder.provider == "api":
+        embedder = OpenAIEmbedder(client, config.embedder.model, batch_size=config.embedder.batch_size)
+        counter: TokenCounter = HuggingFaceTokenCounter.from_model_dir(default_model_path())
+    else:
+        local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size)
+        embedder, counter = local, local.token_counter()
+    if client is None:
+        summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
+        answerer: Answerer = ExtractiveAnswerer(embedder)
+    else:
+        log.info("summaries and answers from %s (model %s)", config.llm.base_url, config.llm.model)
+        summarizer = LLMSummarizer(client, counter, llm_settings(config))
+        answerer = LLMAnswerer(client, llm_settings(config))
+    return Engine(store, embedder, counter, summarizer, answerer, settings)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from bot.errors import ConfigError
 
@@ -33,10 +33,36 @@ class ChromaConfig(_Section):
 
 
 class EmbedderConfig(_Section):
-    """The sentence-transformers model: a local path or cached name; empty means the packaged all-MiniLM-L6-v2."""
+    """Who embeds: a local sentence-transformers model (a path or cached name; empty means
+    the packaged all-MiniLM-L6-v2), or the ``llm`` endpoint's ``/v1/embeddings`` with ``model``."""
 
+    provider: Literal["sentence-transformers", "api"] = "sentence-transformers"
     model: str = ""
     batch_size: int = Field(default=32, ge=1, le=1024)
+
+
+class LLMConfig(_Section):
+    """An OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp server, Ollama).
+
+    With ``base_url`` set, the model writes the summaries and the answers;
+    unset, the offline extractive defaults do.
+    """
+
+    base_url: str | None = None
+    model: str = ""
+    api_key: SecretStr = SecretStr("")
+    max_concurrency: int = Field(default=8, ge=1, le=256)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    summary_tokens: int = Field(default=130, ge=16, le=4000)
+    answer_tokens: int = Field(default=500, ge=16, le=8000)
+    context_tokens: int = Field(default=3500, ge=200, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _model_named(self) -> LLMConfig:
+        if self.base_url and not self.model:
+            raise ValueError("model must be set when base_url is")
+        return self
 
 
 class ChunkingConfig(_Section):
@@ -79,6 +105,13 @@ class Config(_Section):
     files: FilesConfig = FilesConfig()
     tree: TreeConfig = TreeConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    llm: LLMConfig = LLMConfig()
+
+    @model_validator(mode="after")
+    def _api_embedder_has_an_endpoint(self) -> Config:
+        if self.embedder.provider == "api" and not (self.llm.base_url and self.embedder.model):
+            raise ValueError("embedder.provider 'api' needs llm.base_url and embedder.model")
+        return self
 
 
 def load_config(path: Path | None, environ: dict[str, str] | None = None) -> Config:

@@ -11,6 +11,10 @@ are translated where they enter, so a caller needs to catch only this tree::
     │   └── NodeNotFound      no node with that id in the channel's tree
     ├── BuildError            a rebuild stopped; the previous tree still serves
     ├── ProviderError         an embedder, summariser or answerer failed
+    │   ├── ModelRequestRejected  a model endpoint refused the request (4xx: key, model, input)
+    │   ├── ModelBadResponse      a model endpoint answered with junk (bad JSON, no text)
+    │   └── ModelUnavailable      a model endpoint kept failing (429, 5xx, no connection)
+    │       └── ModelTimeout      ... or did not answer within the timeout
     └── StoreError            the Chroma store failed
         └── StoreUnavailable  the Chroma store cannot be reached at all
 
@@ -80,3 +84,45 @@ class StoreError(RaptorError):
 
 class StoreUnavailable(StoreError):
     """The Chroma store cannot be reached (server down, path unusable)."""
+
+
+class ModelRequestRejected(ProviderError):
+    """A language-model endpoint refused the request (a 4xx other than 429); not retried.
+
+    ``endpoint``, ``model`` and ``status`` say which server refused what; the
+    API key is never part of the message.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, model: str, status: int | None) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.status = status
+        super().__init__(message)
+
+
+class ModelBadResponse(ProviderError):
+    """A language-model endpoint answered, but not with usable output (bad JSON, no text)."""
+
+    def __init__(self, message: str, *, endpoint: str, model: str, attempts: int) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class ModelUnavailable(ProviderError):
+    """A language-model endpoint kept failing (429, 5xx, connection errors) until retries ran out.
+
+    ``status`` is the last HTTP status, None when no response came at all.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, model: str, status: int | None, attempts: int) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.status = status
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class ModelTimeout(ModelUnavailable):
+    """A language-model endpoint did not answer within the timeout, on every attempt."""

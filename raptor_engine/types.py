@@ -146,12 +146,17 @@ class Citation:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An answer with its citations; ``found`` is False when nothing relevant was found."""
+    """An answer with its citations; ``found`` is False when nothing relevant was found.
+
+    ``warning`` is shown beside the answer when it could not be checked (for
+    instance a model's answer that cites nothing); empty otherwise.
+    """
 
     text: str
     citations: tuple[Citation, ...]
     hits: tuple[Hit, ...]
     found: bool
+    warning: str = ""
 
 
 @dataclass(frozen=True, slots=True)

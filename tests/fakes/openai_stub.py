@@ -1,0 +1,306 @@
+"""An OpenAI-compatible HTTP server on 127.0.0.1, scripted per test.
+
+It speaks the two endpoints the engine uses, ``POST /v1/chat/completions`` and
+``POST /v1/embeddings``, with response bodies shaped like OpenAI's, so the
+real ``openai`` client is exercised end to end. Content is deterministic:
+
+* a summary request (system prompt mentions "Summarizing") gets
+  ``"Summary: "`` + the first 20 words of the text after the instruction;
+* any other chat request gets :attr:`OpenAIStub.answer_text` (by default a
+  sentence citing ``[1]`` and the out-of-range ``[99]``);
+* an embedding is a vector derived from a hash of the text.
+
+Behaviour is scripted: :meth:`OpenAIStub.script` queues behaviours consumed
+by the next requests, in order (any endpoint); when the queue is empty
+:attr:`OpenAIStub.default` applies. Every request is recorded and the peak
+number of requests in flight is measured.
+
+Bounded: every wait the server does (latency, slow, hang) is on an event set
+when the server stops, so stopping ends them all; hangs also end after
+``MAX_HANG_S``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+MAX_HANG_S = 30.0
+SUMMARY_WORDS = 20
+DEFAULT_ANSWER = "The launch is planned for March [1], after the review [99]."
+_INSTRUCTION = re.compile(r"including as many key details as possible:\s*(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """What the server does with one request.
+
+    ``kind`` is one of ``ok``, ``slow`` (ok after ``seconds``), ``status``
+    (answer ``status`` with an OpenAI-style error body; ``retry_after`` adds a
+    Retry-After header), ``malformed`` (invalid JSON body),
+    ``empty`` (a completion whose content is whitespace), ``no_choices`` and
+    ``hang`` (never answer until the server stops). ``content`` overrides the
+    chat text of an ``ok``/``slow`` answer.
+    """
+
+    kind: str = "ok"
+    seconds: float = 0.0
+    status: int = 200
+    retry_after: str | None = None
+    content: str | None = None
+    message: str | None = None  # the error body's message for ``status``
+
+    @staticmethod
+    def ok(content: str | None = None) -> Behaviour:
+        return Behaviour("ok", content=content)
+
+    @staticmethod
+    def slow(seconds: float) -> Behaviour:
+        return Behaviour("slow", seconds=seconds)
+
+    @staticmethod
+    def error(status: int = 500, retry_after: str | None = None, message: str | None = None) -> Behaviour:
+        return Behaviour("status", status=status, retry_after=retry_after, message=message)
+
+    @staticmethod
+    def rate_limited(retry_after: str = "1") -> Behaviour:
+        return Behaviour("status", status=429, retry_after=retry_after)
+
+    @staticmethod
+    def malformed() -> Behaviour:
+        return Behaviour("malformed")
+
+    @staticmethod
+    def empty() -> Behaviour:
+        return Behaviour("empty")
+
+    @staticmethod
+    def no_choices() -> Behaviour:
+        return Behaviour("no_choices")
+
+    @staticmethod
+    def hang() -> Behaviour:
+        return Behaviour("hang")
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One request as the server saw it, with what it answered."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+    started: float  # time.monotonic() when the body was read
+    finished: float
+    status: int
+    behaviour: str
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class OpenAIStub:
+    """The server's state and controls; start it with :func:`running_stub`."""
+
+    def __init__(self, dimension: int = 32) -> None:
+        self.dimension = dimension
+        self.latency_s = 0.0  # added to every request
+        self.answer_text = DEFAULT_ANSWER
+        self.default = Behaviour.ok()
+        self.requests: list[Recorded] = []
+        self.max_in_flight = 0
+        self._queue: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self.stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- controls -----------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "the stub is not running"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, *behaviours: Behaviour) -> None:
+        """Queues behaviours for the next requests, in order."""
+        with self._lock:
+            self._queue.extend(behaviours)
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return [r.path for r in self.requests]
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        handler = type("Handler", (_Handler,), {"stub": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        # serve_forever polls for shutdown every 0.05 s (0.5 s by default would slow every test's teardown).
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="openai-stub", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends every pending wait, stops serving and closes the socket and handler threads."""
+        self.stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()  # joins handler threads: all their waits end on `stopping`
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- used by the handler -------------------------------------------------
+
+    def _next(self) -> Behaviour:
+        with self._lock:
+            return self._queue.popleft() if self._queue else self.default
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _record(self, entry: Recorded) -> None:
+        with self._lock:
+            self.requests.append(entry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stub: OpenAIStub
+    # HTTP/1.0: one request per connection, so no idle keep-alive thread outlives stop().
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
+        pass
+
+    def do_POST(self) -> None:  # http.server's naming
+        stub = self.stub
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        body: dict[str, Any] = json.loads(raw or b"{}")
+        started = time.monotonic()
+        stub._enter()
+        status, behaviour, usage = 0, "?", {}
+        try:
+            chosen = stub._next()
+            behaviour = chosen.kind
+            if stub.latency_s:
+                stub.stopping.wait(stub.latency_s)
+            status, usage = self._respond(body, chosen)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout): nothing to answer
+        finally:
+            stub._leave()
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            stub._record(Recorded(self.path, body, headers, started,
+                                  time.monotonic(), status, behaviour, usage))
+
+    def _respond(self, body: dict[str, Any], behaviour: Behaviour) -> tuple[int, dict[str, int]]:
+        """Writes the response for ``behaviour``; returns (status, usage sent)."""
+        if behaviour.kind == "hang":
+            self.stub.stopping.wait(MAX_HANG_S)
+            return 0, {}
+        if behaviour.kind == "slow":
+            self.stub.stopping.wait(behaviour.seconds)
+        if behaviour.kind == "status":
+            return self._error(behaviour), {}
+        if behaviour.kind == "malformed":
+            self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
+            return 200, {}
+        if self.path.endswith("/embeddings"):
+            payload = _embeddings(body, self.stub.dimension)
+        elif self.path.endswith("/chat/completions"):
+            payload = _completion(body, behaviour, self.stub.answer_text)
+        else:
+            self._send(404, json.dumps({"error": {"message": "no such path", "type": "invalid_request_error"}}).encode())
+            return 404, {}
+        self._send(200, json.dumps(payload).encode())
+        return 200, payload.get("usage", {})
+
+    def _error(self, behaviour: Behaviour) -> int:
+        error = {"error": {"message": behaviour.message or f"stub error {behaviour.status}", "type": "server_error", "code": None}}
+        extra = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
+        self._send(behaviour.status, json.dumps(error).encode(), extra)
+        return behaviour.status
+
+    def _send(self, status: int, data: bytes, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) -> dict[str, Any]:
+    """A chat.completion object answering ``body``."""
+    messages = body.get("messages", [])
+    system = " ".join(m.get("content", "") for m in messages if m.get("role") == "system")
+    user = " ".join(m.get("content", "") for m in messages if m.get("role") == "user")
+    if behaviour.content is not None:
+        content = behaviour.content
+    elif "Summarizing" in system:
+        match = _INSTRUCTION.search(user)
+        cluster = (match.group(1) if match else user).rstrip(":").split()
+        content = "Summary: " + " ".join(cluster[:SUMMARY_WORDS])
+    else:
+        content = answer_text
+    if behaviour.kind == "empty":
+        content = "   "
+    prompt_tokens = _words(system) + _words(user)
+    completion_tokens = _words(content)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}
+    choices = [] if behaviour.kind == "no_choices" else [
+        {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}
+    ]
+    return {"id": "chatcmpl-" + hashlib.sha1(user.encode()).hexdigest()[:12], "object": "chat.completion",
+            "created": int(time.time()), "model": body.get("model", ""), "choices": choices, "usage": usage}
+
+
+def stub_vector(text: str, dimension: int) -> list[float]:
+    """The deterministic (not normalised) vector the stub returns for ``text``."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return (np.random.default_rng(seed).standard_normal(dimension) * 3.0).tolist()
+
+
+def _embeddings(body: dict[str, Any], dimension: int) -> dict[str, Any]:
+    """An embeddings list object for ``body["input"]`` (a string or a list of strings)."""
+    texts = body.get("input", [])
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    tokens = sum(_words(t) for t in texts)
+    data = [{"object": "embedding", "index": i, "embedding": stub_vector(t, dimension)} for i, t in enumerate(texts)]
+    return {"object": "list", "data": data, "model": body.get("model", ""),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@contextmanager
+def running_stub(dimension: int = 32) -> Iterator[OpenAIStub]:
+    """A started stub, stopped (all waits ended, sockets closed) on exit."""
+    stub = OpenAIStub(dimension)
+    stub.start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
