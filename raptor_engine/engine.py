@@ -231,12 +231,12 @@ class Engine:
         version = channel.next_version()
         stages: dict[str, float] = {}
         try:
-            leaves, vectors, embedded = await self._leaves(channel, sources, stages)
+            groups, embedded = await self._leaves(channel, sources, stages)
             builder = TreeBuilder(
                 self._embedder, self._summarizer, self._counter, self.settings.clustering,
                 self.settings.max_concurrency, progress,
             )
-            built = await builder.build(leaves, vectors, _SummaryCacheView(channel, self._summary_profile))
+            built = await builder.build(groups, _SummaryCacheView(channel, self._summary_profile))
             stages.update(built.stage_seconds)
             started = time.perf_counter()
             state = await asyncio.to_thread(self._publish, channel, version, sources, built)
@@ -245,14 +245,15 @@ class Engine:
             channel.drop_stale_trees()
             raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
         log.info("channel %s: built tree v%d %s", key, version, state.nodes_per_layer)
+        leaves = state.nodes_per_layer.get(0, 0)
         return BuildReport(
             version=version,
             sources=len(sources),
-            leaves=len(leaves),
+            leaves=leaves,
             nodes_per_layer=state.nodes_per_layer,
             stage_seconds=stages,
             leaves_embedded=embedded,
-            leaves_reused=len(leaves) - embedded,
+            leaves_reused=leaves - embedded,
             summaries_made=built.summaries_made,
             summaries_reused=built.summaries_reused,
             built_at=state.built_at,
@@ -260,15 +261,14 @@ class Engine:
 
     async def _leaves(
         self, channel: ChannelStore, sources: list[Source], stages: dict[str, float]
-    ) -> tuple[list[Node], np.ndarray, int]:
-        """Leaf nodes of every source with their vectors, and how many were embedded now."""
+    ) -> tuple[list[tuple[list[Node], np.ndarray]], int]:
+        """Each source's leaf nodes with their vectors, and how many leaves were embedded now."""
         started = time.perf_counter()
         cached = await asyncio.to_thread(channel.cached_leaves, self._leaf_profile, [s.id for s in sources])
         stages["load"] = time.perf_counter() - started
-        nodes: list[Node] = []
-        rows: list[np.ndarray] = []
+        groups: list[tuple[list[Node], np.ndarray]] = []
         embedded = 0
-        # Rows in content order, not arrival order: the same sources give the same tree,
+        # Sources in content order, not arrival order: the same sources give the same tree,
         # whenever and in whatever order they were added (clustering is order-sensitive).
         for source in sorted(sources, key=lambda s: s.id):
             if source.id not in cached:
@@ -278,9 +278,8 @@ class Engine:
                 cached[source.id] = (chunks, vectors)
                 embedded += len(chunks)
             chunks, vectors = cached[source.id]
-            nodes.extend(leaf_node(chunk, source.title, source.link) for chunk in chunks)
-            rows.append(vectors)
-        return nodes, np.vstack(rows).astype(np.float32), embedded
+            groups.append(([leaf_node(chunk, source.title, source.link) for chunk in chunks], vectors))
+        return groups, embedded
 
     def _chunk_and_embed(
         self,
@@ -309,8 +308,6 @@ class Engine:
     def _publish(self, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree) -> TreeState:
         """Writes the built tree beside the served one, then switches to it."""
         channel.write_tree(version, built.nodes, built.embeddings)
-        if built.new_summaries and built.new_summary_embeddings is not None:
-            channel.put_summaries(self._summary_profile, built.new_summaries, built.new_summary_embeddings)
         state = TreeState(
             version=version,
             built_at=_now(),
@@ -408,6 +405,11 @@ class _SummaryCacheView:
 
     def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         return self._channel.cached_summaries(self._profile, keys)
+
+    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> dict[str, np.ndarray]:
+        # Written during the build: a build that fails later keeps the summaries it paid for.
+        self._channel.put_summaries(self._profile, entries, vectors)
+        return {key: vector for key, (_, vector) in self.get([key for key, _, _ in entries]).items()}
 
 
 def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:

@@ -128,15 +128,20 @@ def _merge_by_score(ranked: list[Hit], fresh: list[Hit]) -> list[Hit]:
 
 
 def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
-    """Top-down: the best nodes of the top layer, then the best of their children, to the leaves."""
+    """Top-down: the best nodes of the top layer, then the best of their children, to the leaves.
+
+    Subtrees of different heights hang under the channel's layers, so children
+    are chosen by id, whatever their layer; each step goes at least one layer
+    down, so there are at most as many steps as layers.
+    """
     top = max(state.nodes_per_layer, default=0)
     chosen = store.query_tree(state.version, vector, per_layer, where={"layer": top})
     selected = list(chosen)
-    for layer in range(top - 1, -1, -1):
+    for _ in range(top):
         children = sorted({child for hit in chosen for child in hit.node.children})
         if not children:
             break
-        chosen = store.query_tree(state.version, vector, per_layer, where={"layer": layer}, ids=children)
+        chosen = store.query_tree(state.version, vector, per_layer, ids=children)
         selected += chosen
     return selected
 

@@ -13,9 +13,9 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -38,12 +38,25 @@ class BuildProgress:
 
 
 ProgressCallback = Callable[[BuildProgress], None]
+T = TypeVar("T")
 
 
 class SummaryCache(Protocol):
     """Summaries already made, by cache key (see :func:`summary_key`)."""
 
-    def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]: ...
+    def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
+        """The cached (text, vector) of those keys that have one."""
+        ...
+
+    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> dict[str, np.ndarray]:
+        """Caches (key, text, source ids) with their vectors; returns the vectors as stored.
+
+        The builder goes on with the stored vectors, not its own: a store may
+        change the last bits (Chroma renormalises for cosine space), and a later
+        build reads them from the cache; clustering the same bits both times is
+        what makes an unchanged channel cost nothing to rebuild.
+        """
+        ...
 
 
 @dataclass(slots=True)
@@ -52,8 +65,6 @@ class BuiltTree:
 
     nodes: list[Node]
     embeddings: np.ndarray
-    new_summaries: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
-    new_summary_embeddings: np.ndarray | None = None
     used_keys: set[str] = field(default_factory=set)
     summaries_made: int = 0
     summaries_reused: int = 0
@@ -103,83 +114,114 @@ class TreeBuilder:
         self._max_concurrency = max(1, max_concurrency)
         self._progress = progress or (lambda _: None)
 
-    async def build(self, leaves: Sequence[Node], vectors: np.ndarray, cache: SummaryCache) -> BuiltTree:
-        """Builds every layer above ``leaves`` (rows of ``vectors``), then a root.
+    async def build(self, groups: Sequence[tuple[Sequence[Node], np.ndarray]], cache: SummaryCache) -> BuiltTree:
+        """Builds one subtree per group, then the channel's layers over the subtrees' tops.
 
-        Layers are added while clustering reduces the node count; the top layer,
-        if it holds more than one node, gets a single root summary. Each
-        iteration strictly reduces the number of nodes, so the loop ends.
-        Raises ``ProviderError`` if the summariser or embedder fails.
+        Each group is one source's leaves with their vectors (rows in order).
+        A subtree grows layers while clustering reduces its node count and ends
+        in a single top node (its root, or its only leaf). The channel's layers
+        grow the same way over those tops, up to one root for the channel.
+        Keeping the sources apart below their roots is what makes a rebuild's
+        cost follow the change: a new source disturbs its own subtree and the
+        few channel-level clusters above, while every other summary comes from
+        the cache. (The paper builds one tree per document; this is that tree,
+        with a channel above.) A node's layer is one more than its highest child.
+
+        Subtrees are built concurrently; summaries run at most
+        ``max_concurrency`` at a time; clustering runs one at a time in a worker
+        thread. Every loop strictly reduces its node count, so the build ends.
+        Raises ``ProviderError`` if the summariser or embedder fails; work in
+        flight is cancelled then.
         """
-        result = BuiltTree(nodes=list(leaves), embeddings=vectors)
-        titles = {node.source_ids[0]: (node.title, node.link) for node in leaves if node.source_ids}
-        layer = _Layer(list(leaves), vectors, [Counter(node.source_ids[:1]) for node in leaves])
-        vector_rows = [vectors]
-        number = 0
-        while len(layer.nodes) > 1:
-            clusters = await self._clusters_of(layer, result, number + 1)
-            number += 1
-            layer = await self._summarise_layer(layer, clusters, number, titles, cache, result)
-            vector_rows.append(layer.vectors)
-            result.nodes.extend(layer.nodes)
-        result.embeddings = np.vstack(vector_rows) if vector_rows else vectors
-        result.nodes = _with_parents(result.nodes)
-        return result
+        run = _Run(
+            result=BuiltTree(nodes=[], embeddings=np.zeros((0, 0), dtype=np.float32)),
+            cache=cache,
+            titles={n.source_ids[0]: (n.title, n.link) for leaves, _ in groups for n in leaves if n.source_ids},
+            bound=asyncio.Semaphore(self._max_concurrency),
+            clustering=asyncio.Lock(),
+        )
+        done = 0
+        self._progress(BuildProgress("subtrees", 0, len(groups)))
 
-    async def _clusters_of(self, layer: _Layer, result: BuiltTree, number: int) -> list[list[int]]:
-        """The clusters of the next layer; one cluster of everything makes the root."""
+        async def subtree(leaves: Sequence[Node], vectors: np.ndarray) -> list[_Layer]:
+            nonlocal done
+            layers = await self._grow(_leaf_layer(leaves, vectors), run, report=False)
+            done += 1
+            self._progress(BuildProgress("subtrees", done, len(groups)))
+            return layers
+
+        per_source = await _all_or_nothing([subtree(leaves, vectors) for leaves, vectors in groups])
+        layers = [layer for source_layers in per_source for layer in source_layers]
+        if len(per_source) > 1:
+            tops = _joined([source_layers[-1] for source_layers in per_source])
+            layers += (await self._grow(tops, run, report=True))[1:]  # the tops are already in
+        run.result.nodes = _with_parents([node for layer in layers for node in layer.nodes])
+        run.result.embeddings = np.vstack([layer.vectors for layer in layers]).astype(np.float32)
+        return run.result
+
+    async def _grow(self, layer: _Layer, run: _Run, report: bool) -> list[_Layer]:
+        """``layer`` and every layer built above it, the last holding a single node."""
+        layers = [layer]
+        while len(layer.nodes) > 1:
+            number = 1 + max(node.layer for node in layer.nodes)
+            clusters = await self._clusters_of(layer, run, number if report else 0)
+            layer = await self._summarise_layer(layer, clusters, run, number if report else 0)
+            layers.append(layer)
+        return layers
+
+    async def _clusters_of(self, layer: _Layer, run: _Run, number: int) -> list[list[int]]:
+        """The clusters of the next layer; one cluster of everything makes the root.
+
+        ``number`` names the layer in progress reports; 0 reports nothing.
+        """
         everything = [list(range(len(layer.nodes)))]
         if len(layer.nodes) <= self._clustering.reduction_dim + 1:
             return everything  # too few to cluster: the paper's stop rule; summarise as root
-        self._progress(BuildProgress("cluster", 0, 1, number))
-        started = time.perf_counter()
+        if number:
+            self._progress(BuildProgress("cluster", 0, 1, number))
         tokens = [node.tokens for node in layer.nodes]
-        clusters = await asyncio.to_thread(cluster_rows, layer.vectors, tokens, self._clustering)
-        _add_time(result, "cluster", started)
-        self._progress(BuildProgress("cluster", 1, 1, number))
+        async with run.clustering:  # one at a time: clustering is CPU-bound and tunes BLAS threads process-wide
+            started = time.perf_counter()
+            clusters = await asyncio.to_thread(cluster_rows, layer.vectors, tokens, self._clustering)
+            _add_time(run.result, "cluster", started)
+        if number:
+            self._progress(BuildProgress("cluster", 1, 1, number))
         if len(clusters) >= len(layer.nodes):
-            log.info("layer %d: clustering did not reduce %d nodes; making the root", number, len(layer.nodes))
+            log.info("clustering did not reduce %d nodes; making their root", len(layer.nodes))
             return everything
         return clusters
 
-    async def _summarise_layer(
-        self,
-        below: _Layer,
-        clusters: list[list[int]],
-        number: int,
-        titles: dict[str, tuple[str, str]],
-        cache: SummaryCache,
-        result: BuiltTree,
-    ) -> _Layer:
+    async def _summarise_layer(self, below: _Layer, clusters: list[list[int]], run: _Run, number: int) -> _Layer:
+        """The layer of summaries of ``clusters`` of ``below``: cached or made, then embedded."""
+        result = run.result
         members = [[below.nodes[i] for i in cluster] for cluster in clusters]
         keys = [summary_key(self._summarizer.identity, [n.text for n in group]) for group in members]
         started = time.perf_counter()
-        cached = cache.get(keys)
-        texts = await self._summaries(members, keys, cached, number)
+        cached = await asyncio.to_thread(run.cache.get, keys)
+        texts = await self._summaries(members, keys, cached, run.bound, number)
         _add_time(result, "summarise", started)
 
+        coverage = [sum((below.coverage[i] for i in cluster), Counter()) for cluster in clusters]
+        sources = [tuple(source for source, _ in cover.most_common()) for cover in coverage]
         fresh = [k for k in dict.fromkeys(keys) if k not in cached]
         started = time.perf_counter()
         fresh_vectors = await asyncio.to_thread(self._embedder.embed, [texts[keys.index(k)] for k in fresh])
         _add_time(result, "embed summaries", started)
-        vector_of = {k: v for k, (_, v) in cached.items()} | dict(zip(fresh, fresh_vectors))
+        entries = [(k, texts[keys.index(k)], sources[keys.index(k)]) for k in fresh]
+        stored = await asyncio.to_thread(run.cache.put, entries, fresh_vectors) if fresh else {}
+        vector_of = {k: v for k, (_, v) in cached.items()} | stored
         token_counts = self._counter.count_many(texts)
 
-        coverage = [sum((below.coverage[i] for i in cluster), Counter()) for cluster in clusters]
         nodes = []
-        for group, text, tokens, cover in zip(members, texts, token_counts, coverage):
-            sources = tuple(source for source, _ in cover.most_common())
-            title, link = titles.get(sources[0], ("", "")) if sources else ("", "")
+        for group, text, tokens, covered in zip(members, texts, token_counts, sources):
+            title, link = run.titles.get(covered[0], ("", "")) if covered else ("", "")
             child_ids = [n.id for n in group]
-            nodes.append(Node(summary_id(number, child_ids), number, text, tokens, tuple(child_ids),
-                              (), sources, title, link))
+            height = 1 + max(n.layer for n in group)
+            nodes.append(Node(summary_id(height, child_ids), height, text, tokens, tuple(child_ids),
+                              (), covered, title, link))
         result.used_keys.update(keys)
         result.summaries_reused += sum(1 for k in keys if k in cached)
         result.summaries_made += len(fresh)
-        for key, vector in zip(fresh, fresh_vectors):
-            node = nodes[keys.index(key)]
-            result.new_summaries.append((key, node.text, node.source_ids))
-            result.new_summary_embeddings = _append_row(result.new_summary_embeddings, vector)
         return _Layer(nodes, np.vstack([vector_of[k] for k in keys]).astype(np.float32), coverage)
 
     async def _summaries(
@@ -187,13 +229,14 @@ class TreeBuilder:
         members: list[list[Node]],
         keys: list[str],
         cached: dict[str, tuple[str, np.ndarray]],
+        bound: asyncio.Semaphore,
         number: int,
     ) -> list[str]:
-        """The text of each cluster's summary: cached, or made concurrently under a bound."""
-        bound = asyncio.Semaphore(self._max_concurrency)
+        """The text of each cluster's summary: cached, or made concurrently under ``bound``."""
         todo = [i for i, key in enumerate(keys) if key not in cached]
         done = 0
-        self._progress(BuildProgress("summarise", 0, len(todo), number))
+        if number:
+            self._progress(BuildProgress("summarise", 0, len(todo), number))
 
         async def make(index: int) -> str:
             nonlocal done
@@ -202,14 +245,57 @@ class TreeBuilder:
             if not text or not text.strip():
                 raise ProviderError("the summariser returned an empty summary")
             done += 1
-            self._progress(BuildProgress("summarise", done, len(todo), number))
+            if number:
+                self._progress(BuildProgress("summarise", done, len(todo), number))
             return text.strip()
 
-        made = await asyncio.gather(*(make(i) for i in todo))
+        made = await _all_or_nothing([make(i) for i in todo])
         texts = [cached[key][0] if key in cached else "" for key in keys]
         for index, text in zip(todo, made):
             texts[index] = text
         return texts
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one build shares across its subtrees."""
+
+    result: BuiltTree
+    cache: SummaryCache
+    titles: dict[str, tuple[str, str]]
+    bound: asyncio.Semaphore
+    clustering: asyncio.Lock
+
+
+def _leaf_layer(leaves: Sequence[Node], vectors: np.ndarray) -> _Layer:
+    return _Layer(list(leaves), np.asarray(vectors, dtype=np.float32), [Counter(n.source_ids[:1]) for n in leaves])
+
+
+def _joined(layers: Sequence[_Layer]) -> _Layer:
+    """One layer holding the nodes of several, in order."""
+    return _Layer(
+        [node for layer in layers for node in layer.nodes],
+        np.vstack([layer.vectors for layer in layers]),
+        [cover for layer in layers for cover in layer.coverage],
+    )
+
+
+async def _all_or_nothing(coroutines: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """Runs ``coroutines`` concurrently; their results in order, or the first failure
+    after cancelling the others (``asyncio.gather`` would leave them running)."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if not tasks:
+        return []
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _with_parents(nodes: list[Node]) -> list[Node]:
@@ -218,11 +304,6 @@ def _with_parents(nodes: list[Node]) -> list[Node]:
         for child in node.children:
             parents.setdefault(child, []).append(node.id)
     return [replace(node, parents=tuple(parents.get(node.id, ()))) for node in nodes]
-
-
-def _append_row(matrix: np.ndarray | None, row: np.ndarray) -> np.ndarray:
-    row = np.asarray(row, dtype=np.float32)[None, :]
-    return row if matrix is None else np.vstack([matrix, row])
 
 
 def _add_time(result: BuiltTree, stage: str, started: float) -> None:

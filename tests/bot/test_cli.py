@@ -111,7 +111,7 @@ def test_sigkill_mid_rebuild_keeps_previous_tree_and_sources(tmp_path: Path) -> 
     assert process.stderr is not None
     deadline = time.monotonic() + 240
     for line in process.stderr:
-        if "cluster" in line or time.monotonic() > deadline:
+        if "subtrees" in line or time.monotonic() > deadline:  # the build proper has begun
             break
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -12,7 +13,7 @@ from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, Nothing
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, RetrievalMode
-from tests.conftest import SAMPLE, make_engine
+from tests.conftest import QUALITY_DEV, SAMPLE, make_engine
 
 OTHER_TEXT = (
     "The garden committee meets on the first Sunday of every month. Tomatoes are planted in May, "
@@ -230,3 +231,27 @@ def test_a_source_forgotten_during_a_rebuild_stays_forgotten(store, embedder, ch
     build(racing, channel)
     hits = engine.retrieve(channel, "When are tomatoes planted?", RetrievalSettings(top_k=1000, budget=100_000))
     assert hits and all(garden.id not in h.node.source_ids for h in hits)
+
+
+@pytest.mark.skipif(not QUALITY_DEV.exists(), reason="needs ../shared/data/quality-dev.jsonl")
+def test_rebuild_cost_follows_the_change(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    articles = [json.loads(line)["input"] for line in QUALITY_DEV.read_text().splitlines()[:5]]
+    engine = make_engine(store, embedder)
+    everything = ChannelKey(channel.platform, channel.workspace, channel.channel + "-all")
+    for index, article in enumerate(articles):
+        engine.ingest(everything, Document(article, f"article {index}"))
+        if index < 4:
+            engine.ingest(channel, Document(article, f"article {index}"))
+    full = build(engine, everything)
+    build(engine, channel)
+    assert build(engine, channel).summaries_made == 0  # nothing changed: nothing asked of the summariser
+    engine.ingest(channel, Document(articles[4], "article 4"))
+    grown = build(engine, channel)
+    assert grown.nodes_per_layer == full.nodes_per_layer  # the same tree as building all five at once
+    assert grown.summaries_made <= 0.35 * full.summaries_made  # only the new subtree and the channel layers
+    root = engine.top_nodes(channel, 1)[0]
+    assert len(root.source_ids) == 5 and len(root.children) == 5  # one root over the five sources' roots
+    stored = engine.store.channel(channel)
+    state = stored.live_state()
+    summaries = [n for layer in state.nodes_per_layer if layer for n in stored.list_layer(state.version, layer, 10**6)]
+    assert [n.id for n in summaries if len(n.source_ids) > 1] == [root.id]  # below it, one source per subtree
