@@ -719,6 +719,9 @@ def _fit_mixture(
             n_init=1,
             max_iter=100,
             tol=1e-3,
+            # k-means++ seeding instead of a full k-means run: the same EM follows,
+            # at about half the cost of each of the search's many small fits.
+            init_params="k-means++",
             random_state=seed,
         )
         try:

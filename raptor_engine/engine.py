@@ -406,10 +406,8 @@ class _SummaryCacheView:
     def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         return self._channel.cached_summaries(self._profile, keys)
 
-    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> dict[str, np.ndarray]:
-        # Written during the build: a build that fails later keeps the summaries it paid for.
+    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> None:
         self._channel.put_summaries(self._profile, entries, vectors)
-        return {key: vector for key, (_, vector) in self.get([key for key, _, _ in entries]).items()}
 
 
 def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:

@@ -273,11 +273,16 @@ class ChannelStore:
 
     # -- summary cache -----------------------------------------------------
 
+    def _summary_cache(self, profile: str) -> Any:
+        # Looked up by id only, never by similarity: the default (L2) space stores
+        # vectors exactly as given, where cosine space renormalises their last bits.
+        return self._collection(f"sum-{profile}")
+
     def cached_summaries(self, profile: str, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         """Cached summary texts and embeddings by cache key, for the keys that have one."""
         if not keys:
             return {}
-        collection = self._collection(f"sum-{profile}", cosine=True)
+        collection = self._summary_cache(profile)
         with _translated("reading cached summaries"):
             got = collection.get(ids=list(keys), include=["documents", "embeddings"])
         return {
@@ -291,7 +296,7 @@ class ChannelStore:
         """Caches summaries as (key, text, source ids) with their embeddings."""
         if not entries:
             return
-        collection = self._collection(f"sum-{profile}", cosine=True)
+        collection = self._summary_cache(profile)
         with _translated("caching summaries"):
             for start, end in _batches(len(entries), self._client.get_max_batch_size()):
                 part = entries[start:end]
@@ -304,7 +309,7 @@ class ChannelStore:
 
     def prune_summaries(self, profile: str, keep: set[str]) -> None:
         """Drops cached summaries not in ``keep`` (those no served tree uses)."""
-        collection = self._collection(f"sum-{profile}", cosine=True)
+        collection = self._summary_cache(profile)
         with _translated("pruning cached summaries"):
             stale = [key for key in collection.get(include=[])["ids"] if key not in keep]
             for start, end in _batches(len(stale), self._client.get_max_batch_size()):

@@ -13,7 +13,8 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -39,6 +40,7 @@ class BuildProgress:
 
 ProgressCallback = Callable[[BuildProgress], None]
 T = TypeVar("T")
+CACHE_WRITE_BATCH = 64  # new summaries written to the cache together
 
 
 class SummaryCache(Protocol):
@@ -48,14 +50,9 @@ class SummaryCache(Protocol):
         """The cached (text, vector) of those keys that have one."""
         ...
 
-    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> dict[str, np.ndarray]:
-        """Caches (key, text, source ids) with their vectors; returns the vectors as stored.
-
-        The builder goes on with the stored vectors, not its own: a store may
-        change the last bits (Chroma renormalises for cosine space), and a later
-        build reads them from the cache; clustering the same bits both times is
-        what makes an unchanged channel cost nothing to rebuild.
-        """
+    def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> None:
+        """Caches (key, text, source ids) with their vectors, bit for bit: a later
+        build clusters what it reads back, and must see what this one clustered."""
         ...
 
 
@@ -138,7 +135,8 @@ class TreeBuilder:
             cache=cache,
             titles={n.source_ids[0]: (n.title, n.link) for leaves, _ in groups for n in leaves if n.source_ids},
             bound=asyncio.Semaphore(self._max_concurrency),
-            clustering=asyncio.Lock(),
+            cpu=asyncio.Lock(),
+            clock=_StageClock(),
         )
         done = 0
         self._progress(BuildProgress("subtrees", 0, len(groups)))
@@ -150,13 +148,17 @@ class TreeBuilder:
             self._progress(BuildProgress("subtrees", done, len(groups)))
             return layers
 
-        per_source = await _all_or_nothing([subtree(leaves, vectors) for leaves, vectors in groups])
-        layers = [layer for source_layers in per_source for layer in source_layers]
-        if len(per_source) > 1:
-            tops = _joined([source_layers[-1] for source_layers in per_source])
-            layers += (await self._grow(tops, run, report=True))[1:]  # the tops are already in
+        try:
+            per_source = await _all_or_nothing([subtree(leaves, vectors) for leaves, vectors in groups])
+            layers = [layer for source_layers in per_source for layer in source_layers]
+            if len(per_source) > 1:
+                tops = _joined([source_layers[-1] for source_layers in per_source])
+                layers += (await self._grow(tops, run, report=True))[1:]  # the tops are already in
+        finally:
+            await run.flush()  # a build that fails keeps the summaries it paid for
         run.result.nodes = _with_parents([node for layer in layers for node in layer.nodes])
         run.result.embeddings = np.vstack([layer.vectors for layer in layers]).astype(np.float32)
+        run.result.stage_seconds = dict(run.clock.seconds)
         return run.result
 
     async def _grow(self, layer: _Layer, run: _Run, report: bool) -> list[_Layer]:
@@ -180,10 +182,11 @@ class TreeBuilder:
         if number:
             self._progress(BuildProgress("cluster", 0, 1, number))
         tokens = [node.tokens for node in layer.nodes]
-        async with run.clustering:  # one at a time: clustering is CPU-bound and tunes BLAS threads process-wide
-            started = time.perf_counter()
-            clusters = await asyncio.to_thread(cluster_rows, layer.vectors, tokens, self._clustering)
-            _add_time(run.result, "cluster", started)
+        # One CPU-bound step at a time: clustering tunes BLAS threads process-wide, and
+        # on few cores concurrent clustering and embedding only fight for them.
+        async with run.cpu:
+            with run.clock.timing("cluster"):
+                clusters = await asyncio.to_thread(cluster_rows, layer.vectors, tokens, self._clustering)
         if number:
             self._progress(BuildProgress("cluster", 1, 1, number))
         if len(clusters) >= len(layer.nodes):
@@ -196,20 +199,18 @@ class TreeBuilder:
         result = run.result
         members = [[below.nodes[i] for i in cluster] for cluster in clusters]
         keys = [summary_key(self._summarizer.identity, [n.text for n in group]) for group in members]
-        started = time.perf_counter()
-        cached = await asyncio.to_thread(run.cache.get, keys)
-        texts = await self._summaries(members, keys, cached, run.bound, number)
-        _add_time(result, "summarise", started)
+        with run.clock.timing("summarise"):
+            cached = await asyncio.to_thread(run.cache.get, keys)
+            texts = await self._summaries(members, keys, cached, run.bound, number)
 
         coverage = [sum((below.coverage[i] for i in cluster), Counter()) for cluster in clusters]
         sources = [tuple(source for source, _ in cover.most_common()) for cover in coverage]
         fresh = [k for k in dict.fromkeys(keys) if k not in cached]
-        started = time.perf_counter()
-        fresh_vectors = await asyncio.to_thread(self._embedder.embed, [texts[keys.index(k)] for k in fresh])
-        _add_time(result, "embed summaries", started)
+        with run.clock.timing("embed summaries"):
+            fresh_vectors = await asyncio.to_thread(self._embedder.embed, [texts[keys.index(k)] for k in fresh])
         entries = [(k, texts[keys.index(k)], sources[keys.index(k)]) for k in fresh]
-        stored = await asyncio.to_thread(run.cache.put, entries, fresh_vectors) if fresh else {}
-        vector_of = {k: v for k, (_, v) in cached.items()} | stored
+        await run.keep(entries, fresh_vectors)
+        vector_of = {k: v for k, (_, v) in cached.items()} | dict(zip(fresh, fresh_vectors))
         token_counts = self._counter.count_many(texts)
 
         nodes = []
@@ -264,7 +265,22 @@ class _Run:
     cache: SummaryCache
     titles: dict[str, tuple[str, str]]
     bound: asyncio.Semaphore
-    clustering: asyncio.Lock
+    cpu: asyncio.Lock
+    clock: _StageClock
+    unsaved: list[tuple[tuple[str, str, tuple[str, ...]], np.ndarray]] = field(default_factory=list)
+
+    async def keep(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> None:
+        """Queues new summaries for the cache; writes them once enough have gathered."""
+        self.unsaved.extend(zip(entries, vectors))
+        if len(self.unsaved) >= CACHE_WRITE_BATCH:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Writes the queued summaries to the cache (one store write, not one per layer)."""
+        batch, self.unsaved = self.unsaved, []
+        if batch:
+            vectors = np.vstack([vector for _, vector in batch]).astype(np.float32)
+            await asyncio.to_thread(self.cache.put, [entry for entry, _ in batch], vectors)
 
 
 def _leaf_layer(leaves: Sequence[Node], vectors: np.ndarray) -> _Layer:
@@ -306,5 +322,28 @@ def _with_parents(nodes: list[Node]) -> list[Node]:
     return [replace(node, parents=tuple(parents.get(node.id, ()))) for node in nodes]
 
 
-def _add_time(result: BuiltTree, stage: str, started: float) -> None:
-    result.stage_seconds[stage] = result.stage_seconds.get(stage, 0.0) + time.perf_counter() - started
+class _StageClock:
+    """Wall time per stage, counted while at least one step of that stage runs.
+
+    Subtrees build concurrently, so summing each step's duration would count
+    overlapping steps twice; different stages may still overlap each other.
+    Used from the event loop's thread only.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._running: dict[str, int] = {}
+        self._since: dict[str, float] = {}
+
+    @contextmanager
+    def timing(self, stage: str) -> Iterator[None]:
+        if not self._running.get(stage):
+            self._since[stage] = time.perf_counter()
+        self._running[stage] = self._running.get(stage, 0) + 1
+        try:
+            yield
+        finally:
+            self._running[stage] -= 1
+            if not self._running[stage]:
+                elapsed = time.perf_counter() - self._since[stage]
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed

@@ -94,9 +94,9 @@ class Behaviour:
         return Behaviour("hang")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Recorded:
-    """One request as the server saw it, with what it answered."""
+    """One request as the server saw it, with what it answered (filled in as it goes)."""
 
     path: str
     body: dict[str, Any]
@@ -195,49 +195,54 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         body: dict[str, Any] = json.loads(raw or b"{}")
         started = time.monotonic()
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        # Recorded on arrival and completed before the answer is written: a test that
+        # reads stub.requests as soon as its client returns sees the whole request.
+        entry = Recorded(self.path, body, headers, started, 0.0, 0, "?")
+        stub._record(entry)
         stub._enter()
-        status, behaviour, usage = 0, "?", {}
         try:
             chosen = stub._next()
-            behaviour = chosen.kind
+            entry.behaviour = chosen.kind
             if stub.latency_s:
                 stub.stopping.wait(stub.latency_s)
-            status, usage = self._respond(body, chosen)
+            self._respond(body, chosen, entry)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout): nothing to answer
         finally:
             stub._leave()
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            stub._record(Recorded(self.path, body, headers, started,
-                                  time.monotonic(), status, behaviour, usage))
+            entry.finished = time.monotonic()
 
-    def _respond(self, body: dict[str, Any], behaviour: Behaviour) -> tuple[int, dict[str, int]]:
-        """Writes the response for ``behaviour``; returns (status, usage sent)."""
+    def _respond(self, body: dict[str, Any], behaviour: Behaviour, entry: Recorded) -> None:
+        """Writes the response for ``behaviour``, noting its status and usage in ``entry`` first."""
         if behaviour.kind == "hang":
             self.stub.stopping.wait(MAX_HANG_S)
-            return 0, {}
+            return
         if behaviour.kind == "slow":
             self.stub.stopping.wait(behaviour.seconds)
         if behaviour.kind == "status":
-            return self._error(behaviour), {}
+            self._error(behaviour, entry)
+            return
         if behaviour.kind == "malformed":
+            entry.status = 200
             self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
-            return 200, {}
+            return
         if self.path.endswith("/embeddings"):
             payload = _embeddings(body, self.stub.dimension)
         elif self.path.endswith("/chat/completions"):
             payload = _completion(body, behaviour, self.stub.answer_text)
         else:
+            entry.status = 404
             self._send(404, json.dumps({"error": {"message": "no such path", "type": "invalid_request_error"}}).encode())
-            return 404, {}
+            return
+        entry.status, entry.usage = 200, payload.get("usage", {})
         self._send(200, json.dumps(payload).encode())
-        return 200, payload.get("usage", {})
 
-    def _error(self, behaviour: Behaviour) -> int:
+    def _error(self, behaviour: Behaviour, entry: Recorded) -> None:
         error = {"error": {"message": behaviour.message or f"stub error {behaviour.status}", "type": "server_error", "code": None}}
         extra = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
+        entry.status = behaviour.status
         self._send(behaviour.status, json.dumps(error).encode(), extra)
-        return behaviour.status
 
     def _send(self, status: int, data: bytes, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)

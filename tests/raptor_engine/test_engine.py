@@ -255,3 +255,26 @@ def test_rebuild_cost_follows_the_change(store, embedder, channel: ChannelKey) -
     state = stored.live_state()
     summaries = [n for layer in state.nodes_per_layer if layer for n in stored.list_layer(state.version, layer, 10**6)]
     assert [n.id for n in summaries if len(n.source_ids) > 1] == [root.id]  # below it, one source per subtree
+
+
+def test_a_failed_build_keeps_the_summaries_it_paid_for(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(store, embedder)
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(channel, Document(OTHER_TEXT, "garden"))
+    inner = ExtractiveSummarizer(embedder.token_counter())
+
+    class FailsOnTheRoot:
+        """A model endpoint that fails the one call mixing both sources (the channel's root)."""
+
+        identity = inner.identity
+
+        async def summarize(self, texts: Sequence[str]) -> str:
+            if any("Tomatoes" in text for text in texts):
+                raise ProviderError("the model endpoint answered 500")
+            return await inner.summarize(texts)
+
+    failing = Engine(store, embedder, embedder.token_counter(), FailsOnTheRoot(), engine._answerer)
+    with pytest.raises(BuildError):
+        build(failing, channel)
+    report = build(engine, channel)
+    assert report.summaries_made == 1 and report.summaries_reused >= 2  # only the root is asked again
