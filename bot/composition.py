@@ -76,7 +76,8 @@ def build_engine(config: Config) -> Engine:
     embedding through its API where ``embedder.provider`` is ``api``."""
     settings = engine_settings(config)
     store = open_store(config)
-    client = LLMClient(llm_settings(config)) if config.llm.base_url else None
+    llm = llm_settings(config) if config.llm.base_url else None
+    client = LLMClient(llm) if llm else None
     embedder: Embedder
     if client is not None and config.embedder.provider == "api":
         embedder = OpenAIEmbedder(client, config.embedder.model, batch_size=config.embedder.batch_size)
@@ -84,11 +85,11 @@ def build_engine(config: Config) -> Engine:
     else:
         local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size)
         embedder, counter = local, local.token_counter()
-    if client is None:
+    if client is None or llm is None:
         summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
         answerer: Answerer = ExtractiveAnswerer(embedder)
     else:
-        log.info("summaries and answers from %s (model %s)", config.llm.base_url, config.llm.model)
-        summarizer = LLMSummarizer(client, counter, llm_settings(config))
-        answerer = LLMAnswerer(client, llm_settings(config))
+        log.info("summaries and answers from %s (model %s)", llm.base_url, llm.model)
+        summarizer = LLMSummarizer(client, counter, llm)
+        answerer = LLMAnswerer(client, llm)
     return Engine(store, embedder, counter, summarizer, answerer, settings)
