@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from raptor_engine.answering import quote
 from raptor_engine.types import Answer, BuildReport, Citation, Node, NodeView, Source, TreeStats
 
 
@@ -46,7 +47,7 @@ def format_stats(stats: TreeStats, top: list[Node]) -> str:
     if stats.pending_sources:
         lines.append(f"{stats.pending_sources} source(s) added or removed since; rebuild to update the summaries.")
     for node in top:
-        lines.append(f"- {node.id} (layer {node.layer}, {len(node.children)} children): {_short(node.text, 160)}")
+        lines.append(f"- {node.id} (layer {node.layer}, {len(node.children)} children): {quote(node.text, 160)}")
     return "\n".join(lines)
 
 
@@ -60,7 +61,7 @@ def format_node(view: NodeView) -> str:
     for label, nodes in (("Parents", view.parents), ("Children", view.children)):
         if nodes:
             lines.append(f"{label}:")
-            lines += [f"  {n.id} (layer {n.layer}): {_short(n.text, 100)}" for n in nodes]
+            lines += [f"  {n.id} (layer {n.layer}): {quote(n.text, 100)}" for n in nodes]
     return "\n".join(lines)
 
 
@@ -74,8 +75,3 @@ def format_sources(sources: list[Source]) -> str:
         + ")"
         for s in sources
     )
-
-
-def _short(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

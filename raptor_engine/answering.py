@@ -10,19 +10,17 @@ answer says nothing relevant was found instead of quoting noise.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from raptor_engine.chunking import split_sentences
+from raptor_engine.chunking import sentences
 from raptor_engine.protocols import Embedder
 from raptor_engine.types import Answer, Citation, Hit
 
 NOT_FOUND = "I could not find anything about that in this channel's material."
 QUOTE_CHARS = 200
-_WHITESPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +100,7 @@ def _distinct_sentences(hits: Sequence[Hit]) -> list[tuple[int, str]]:
     seen: set[str] = set()
     result: list[tuple[int, str]] = []
     for index, hit in enumerate(hits):
-        text = hit.node.text
-        for start, end in split_sentences(text):
-            sentence = _WHITESPACE.sub(" ", text[start:end]).strip()
+        for sentence in sentences(hit.node.text):
             if sentence not in seen:
                 seen.add(sentence)
                 result.append((index, sentence))
@@ -113,7 +109,7 @@ def _distinct_sentences(hits: Sequence[Hit]) -> list[tuple[int, str]]:
 
 def quote(text: str, limit: int = QUOTE_CHARS) -> str:
     """A short quote of ``text``: whitespace folded, cut at a word with an ellipsis."""
-    flat = _WHITESPACE.sub(" ", text).strip()
+    flat = " ".join(text.split())
     if len(flat) <= limit:
         return flat
     return flat[:limit].rsplit(" ", 1)[0] + "…"

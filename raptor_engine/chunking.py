@@ -98,6 +98,12 @@ def split_sentences(text: str) -> list[Span]:
     return _pieces_between(text, 0, len(text), cuts)
 
 
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (see :func:`split_sentences`), each with its runs of
+    whitespace folded to one space: hard-wrapped lines read as one sentence."""
+    return [" ".join(text[start:end].split()) for start, end in split_sentences(text)]
+
+
 def _ends_sentence(text: str, match: re.Match[str]) -> bool:
     """Whether terminal punctuation ``match`` (group ``term``) really ends a sentence."""
     term = match.group("term")

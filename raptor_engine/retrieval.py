@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor_engine.chunking import split_sentences
+from raptor_engine.chunking import sentences
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.types import Hit, RetrievalMode
@@ -178,4 +178,4 @@ def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: flo
 
 def _sentence_set(text: str) -> set[str]:
     """The node's sentences, whitespace-folded and lower-cased, for overlap tests."""
-    return {" ".join(text[start:end].split()).lower() for start, end in split_sentences(text)}
+    return {sentence.lower() for sentence in sentences(text)}

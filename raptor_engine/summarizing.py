@@ -10,17 +10,15 @@ a few milliseconds per cluster.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from raptor_engine.chunking import split_sentences
+from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.protocols import TokenCounter
 
 DEFAULT_SUMMARY_TOKENS = 130  # the paper's average summary length
-_WHITESPACE = re.compile(r"\s+")
 
 
 class ExtractiveSummarizer:
@@ -69,8 +67,7 @@ def _sentences_of(texts: Sequence[str]) -> list[str]:
     seen: set[str] = set()
     sentences: list[str] = []
     for text in texts:
-        for start, end in split_sentences(text):
-            sentence = _WHITESPACE.sub(" ", text[start:end]).strip()
+        for sentence in sentences_of(text):
             if sentence and sentence not in seen:
                 seen.add(sentence)
                 sentences.append(sentence)
