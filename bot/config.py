@@ -57,6 +57,9 @@ class LLMConfig(_Section):
     summary_tokens: int = Field(default=130, ge=16, le=4000)
     answer_tokens: int = Field(default=500, ge=16, le=8000)
     context_tokens: int = Field(default=3500, ge=200, le=1_000_000)
+    # Ceilings per rebuild, checked before each batch of summaries is asked for; 0 = none.
+    max_calls_per_rebuild: int = Field(default=5000, ge=0)
+    max_tokens_per_rebuild: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _model_named(self) -> LLMConfig:
@@ -94,6 +97,69 @@ class RetrievalConfig(_Section):
     hybrid: bool = True
 
 
+class ScheduleConfig(_Section):
+    """When a channel whose sources changed is rebuilt: every ``every_minutes``, or on a
+    five-field ``cron`` line (server time); ``cron`` set replaces the interval."""
+
+    every_minutes: float = Field(default=60.0, gt=0, le=60 * 24 * 31)
+    cron: str | None = None
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _cron_is_valid(self) -> ScheduleConfig:
+        if self.cron is not None:
+            from apscheduler.triggers.cron import CronTrigger  # only to validate the line
+
+            try:
+                CronTrigger.from_crontab(self.cron)
+            except ValueError as exc:
+                raise ValueError(f"not a five-field cron line ({exc})") from None
+        return self
+
+
+class ChannelConfig(_Section):
+    """Settings of one channel, keyed ``platform/workspace/channel`` under ``bot.channels``."""
+
+    schedule: ScheduleConfig | None = None
+    admins: list[str] = []
+
+
+class RateLimitConfig(_Section):
+    """0 turns a limit off."""
+
+    questions_per_user_per_minute: int = Field(default=10, ge=0, le=10_000)
+    rebuilds_per_channel_per_hour: int = Field(default=6, ge=0, le=10_000)
+
+
+class BotConfig(_Section):
+    """What every platform shares: who may manage a channel, schedules, limits."""
+
+    admins: list[str] = []
+    unpin_removes_source: bool = True
+    progress_every_s: float = Field(default=10.0, ge=0.5, le=3600)
+    schedule: ScheduleConfig = ScheduleConfig()
+    channels: dict[str, ChannelConfig] = {}
+    rate_limits: RateLimitConfig = RateLimitConfig()
+
+    @model_validator(mode="after")
+    def _channel_keys_have_three_parts(self) -> BotConfig:
+        for name in self.channels:
+            parts = name.split("/")
+            if len(parts) != 3 or not all(parts):
+                raise ValueError(f"channels: {name!r} is not platform/workspace/channel")
+        return self
+
+
+class ConsoleConfig(_Section):
+    """The terminal channel, used when no Slack or Discord token is configured."""
+
+    workspace: str = "local"
+    channel: str = "general"
+    user: str = "you"
+    sample: bool = True
+    pictures_dir: Path | None = None
+
+
 class Config(_Section):
     """The whole configuration; see ``config.example.yaml`` for every key documented."""
 
@@ -106,6 +172,8 @@ class Config(_Section):
     tree: TreeConfig = TreeConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     llm: LLMConfig = LLMConfig()
+    bot: BotConfig = BotConfig()
+    console: ConsoleConfig = ConsoleConfig()
 
     @model_validator(mode="after")
     def _api_embedder_has_an_endpoint(self) -> Config:

@@ -324,6 +324,20 @@ class Engine:
                 channel.remove_source_from_trees(source.id)
         return state
 
+    # -- notes ---------------------------------------------------------------
+
+    def notes(self, key: ChannelKey) -> dict[str, str]:
+        """Small named strings kept in the store with the channel (they survive restarts)."""
+        return self._channel(key).notes()
+
+    def set_note(self, key: ChannelKey, name: str, value: str | None) -> None:
+        """Sets (or, with None, removes) one of the channel's notes."""
+        self._channel(key).set_note(name, value)
+
+    def channels(self) -> list[ChannelKey]:
+        """Every channel the store has seen."""
+        return self._store.channels()
+
     # -- questions -----------------------------------------------------------
 
     def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> list[Hit]:

@@ -376,6 +376,27 @@ class ChannelStore:
         with _translated("switching to the new tree"):
             self._collection("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
 
+    def notes(self) -> dict[str, str]:
+        """The channel's notes: small named strings kept with its tree (e.g. a pending rebuild request)."""
+        with _translated("reading the channel's notes"):
+            got = self._collection("meta").get(ids=["notes"], include=["metadatas"])
+        stored = (got["metadatas"][0] or {}) if got["metadatas"] else {}
+        notes = json.loads(str(stored.get("notes", "{}")))
+        return {str(k): str(v) for k, v in notes.items()}
+
+    def set_note(self, name: str, value: str | None) -> None:
+        """Sets the note ``name`` to ``value``; None removes it. Read, change, write: callers
+        changing the same channel's notes from several processes must coordinate."""
+        notes = self.notes()
+        if value is None:
+            notes.pop(name, None)
+        else:
+            notes[name] = value
+        # One JSON field: Chroma's upsert merges metadata keys, so a removed key would linger.
+        metadata = {"notes": json.dumps(notes, sort_keys=True)}
+        with _translated("writing the channel's notes"):
+            self._collection("meta").upsert(ids=["notes"], metadatas=[metadata], embeddings=[_PLACEHOLDER])
+
     def drop_stale_trees(self) -> None:
         """Deletes trees left by builds that never switched over (crashed or failed):
         every version newer than the served one."""

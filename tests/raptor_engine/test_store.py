@@ -113,3 +113,16 @@ def test_a_server_going_away_is_a_clear_error(tmp_path, channel: ChannelKey) -> 
         process.wait(timeout=15)
     with pytest.raises(StoreUnavailable, match="cannot be reached"):
         store.list_sources()
+
+
+def test_notes_are_kept_per_channel_and_removable(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    other = any_store.channel(ChannelKey(channel.platform, channel.workspace, channel.channel + "-other"))
+    assert store.notes() == {}
+    store.set_note("rebuild", "alice")
+    store.set_note("weird: name", "x y")
+    assert any_store.channel(channel).notes() == {"rebuild": "alice", "weird: name": "x y"}
+    assert other.notes() == {}
+    store.set_note("rebuild", None)
+    assert store.notes() == {"weird: name": "x y"}
+    assert store.live_state() is None  # notes are not a tree state

@@ -1,0 +1,150 @@
+"""The neutral chat types: what arrives from a platform and what goes back.
+
+Adapters translate their platform's payloads into these and render these
+back; no platform payload crosses into ``bot/``. Every incoming event names
+its channel (a :class:`~raptor_engine.types.ChannelKey`) and the person.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from raptor_engine.types import ChannelKey
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """Who sent an event. ``manages_channel`` is what the platform says (a Slack channel
+    manager, a Discord member with Manage Messages); configured admin ids add to it."""
+
+    id: str
+    name: str = ""
+    manages_channel: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question asked in a channel. ``thread`` is the platform's thread id (empty
+    outside a thread); ``context`` holds earlier messages of that thread, oldest first,
+    to make a follow-up question self-contained."""
+
+    channel: ChannelKey
+    person: Person
+    text: str
+    thread: str = ""
+    context: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command: ``name`` is one of :data:`bot.commands.COMMANDS` (or unknown: the
+    handler answers with help), ``argument`` the rest of the line, stripped."""
+
+    channel: ChannelKey
+    person: Person
+    name: str
+    argument: str = ""
+    thread: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file shared in the channel. ``data`` is the file's bytes, already downloaded
+    by the adapter; ``link`` points back to it (a permalink or a local path)."""
+
+    channel: ChannelKey
+    person: Person
+    filename: str
+    data: bytes
+    link: str = ""
+    external_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """A pinned message, or a pinned thread (``replies`` non-empty: root and replies
+    become one source linked to the thread). ``external_id`` is the platform's id of
+    the message, used again by :class:`Unpin`."""
+
+    channel: ChannelKey
+    person: Person
+    text: str
+    external_id: str
+    link: str = ""
+    author: str = ""
+    replies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unpin:
+    """A message unpinned; ``external_id`` as in :class:`Pin` (or a source id prefix,
+    from the console)."""
+
+    channel: ChannelKey
+    person: Person
+    external_id: str
+
+
+Event = Question | Command | Upload | Pin | Unpin
+
+
+class CitationKind(str, Enum):
+    EXCERPT = "excerpt"  # a leaf chunk
+    SUMMARY = "summary"  # a summary node, with its layer
+
+
+@dataclass(frozen=True, slots=True)
+class CitationView:
+    """One numbered source under an answer."""
+
+    number: int
+    kind: CitationKind
+    layer: int
+    node_id: str
+    title: str
+    link: str
+    quote: str
+
+
+class ReplyKind(str, Enum):
+    ANSWER = "answer"
+    INFO = "info"  # the result of a command, or a note (e.g. a source was added)
+    PROGRESS = "progress"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file sent with a reply (the tree picture)."""
+
+    filename: str
+    data: bytes
+    mime_type: str = "image/png"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the bot says. ``private`` replies are meant for the person who asked only
+    (ephemeral on Slack) where the platform allows it. ``reference`` is set on errors
+    and matches the log line that tells the full story."""
+
+    kind: ReplyKind
+    text: str
+    citations: tuple[CitationView, ...] = ()
+    warning: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    private: bool = False
+    reference: str = ""
+    thread: str = ""
+    answer_id: str = ""  # answers only: the id feedback votes are stored under
+
+
+Send = Callable[[Reply], Awaitable[None]]
+"""How the bot speaks to the channel an event came from; adapters provide it.
+A send may happen long after the event (a rebuild's progress and result)."""
