@@ -9,6 +9,7 @@ from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
+from raptor_engine.metering import SpendingLimits
 from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import RetrievalSettings
@@ -28,6 +29,7 @@ def engine_settings(config: Config) -> EngineSettings:
         max_file_bytes=int(config.files.max_mb * 1024 * 1024),
         summary_tokens=tree.summary_tokens,
         max_concurrency=tree.max_concurrency,
+        spending=SpendingLimits(config.llm.max_calls_per_rebuild, config.llm.max_tokens_per_rebuild),
         clustering=ClusteringSettings(
             reduction_dim=tree.reduction_dim,
             max_clusters=tree.max_clusters,

@@ -16,3 +16,17 @@ class BotError(Exception):
 
 class ConfigError(BotError):
     """The configuration is invalid; the message names the key path and the problem."""
+
+
+_CEILING_KEYS = {"calls": "llm.max_calls_per_rebuild", "tokens": "llm.max_tokens_per_rebuild"}
+
+
+def explain(error: Exception) -> str:
+    """The message a person sees for an engine or bot error: its own text, plus the
+    configuration key to change where the engine's message cannot know it."""
+    from raptor_engine.errors import SpendingLimitReached  # bot -> raptor_engine, never the reverse
+
+    text = str(error)
+    if isinstance(error, SpendingLimitReached) and error.kind in _CEILING_KEYS:
+        text += f" To allow more, raise {_CEILING_KEYS[error.kind]} in the configuration."
+    return text

@@ -32,6 +32,17 @@ def format_report(report: BuildReport) -> str:
         f"Embedded {report.leaves_embedded} leaves (reused {report.leaves_reused}); "
         f"made {report.summaries_made} summaries (reused {report.summaries_reused}). "
         f"Time {report.total_seconds:.1f}s: {stages}."
+        + model_usage(report)
+    )
+
+
+def model_usage(report: BuildReport) -> str:
+    """`` Language model: N calls, P prompt + C completion tokens, S s.`` or nothing without calls."""
+    if not report.model_calls:
+        return ""
+    return (
+        f" Language model: {report.model_calls} calls, {report.prompt_tokens:,} prompt + "
+        f"{report.completion_tokens:,} completion tokens, {report.model_seconds:.1f}s."
     )
 
 

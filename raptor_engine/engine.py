@@ -33,6 +33,7 @@ from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.errors import (
     BuildError,
     ChannelError,
+    SpendingLimitReached,
     DocumentRejected,
     NodeNotFound,
     NothingToBuild,
@@ -42,6 +43,7 @@ from raptor_engine.errors import (
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, load_bytes, load_file
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.lexical import LexicalIndex
+from raptor_engine.metering import SpendingLimits, metering
 from raptor_engine.retrieval import Query, RetrievalSettings, retrieve
 from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
@@ -74,6 +76,7 @@ class EngineSettings:
     max_file_bytes: int = DEFAULT_MAX_BYTES
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS
     max_concurrency: int = 8
+    spending: SpendingLimits = SpendingLimits()  # per rebuild; applies to metered (language-model) summaries
     clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
 
@@ -230,21 +233,30 @@ class Engine:
             raise NothingToBuild("this channel has no sources yet: add a file or pin a message first")
         version = channel.next_version()
         stages: dict[str, float] = {}
-        try:
-            groups, embedded = await self._leaves(channel, sources, stages)
-            builder = TreeBuilder(
-                self._embedder, self._summarizer, self._counter, self.settings.clustering,
-                self.settings.max_concurrency, progress,
-            )
-            built = await builder.build(groups, _SummaryCacheView(channel, self._summary_profile))
-            stages.update(built.stage_seconds)
-            started = time.perf_counter()
-            state = await asyncio.to_thread(self._publish, channel, version, sources, built)
-            stages["store"] = time.perf_counter() - started
-        except ProviderError as exc:
-            channel.drop_stale_trees()
-            raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
-        log.info("channel %s: built tree v%d %s", key, version, state.nodes_per_layer)
+        with metering(self.settings.spending) as meter:
+            try:
+                groups, embedded = await self._leaves(channel, sources, stages)
+                builder = TreeBuilder(
+                    self._embedder, self._summarizer, self._counter, self.settings.clustering,
+                    self.settings.max_concurrency, progress, meter,
+                )
+                built = await builder.build(groups, _SummaryCacheView(channel, self._summary_profile))
+                stages.update(built.stage_seconds)
+                started = time.perf_counter()
+                state = await asyncio.to_thread(self._publish, channel, version, sources, built)
+                stages["store"] = time.perf_counter() - started
+            except SpendingLimitReached as exc:
+                channel.drop_stale_trees()
+                raise SpendingLimitReached(
+                    f"the rebuild stopped before spending more, and the previous tree still answers: {exc}. "
+                    f"The summaries already made are kept for the next rebuild.",
+                    kind=exc.kind, limit=exc.limit, used=exc.used,
+                ) from None
+            except ProviderError as exc:
+                channel.drop_stale_trees()
+                raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
+        usage = meter.usage()
+        log.info("channel %s: built tree v%d %s (%d model calls)", key, version, state.nodes_per_layer, usage.calls)
         leaves = state.nodes_per_layer.get(0, 0)
         return BuildReport(
             version=version,
@@ -257,6 +269,10 @@ class Engine:
             summaries_made=built.summaries_made,
             summaries_reused=built.summaries_reused,
             built_at=state.built_at,
+            model_calls=usage.calls,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            model_seconds=usage.seconds,
         )
 
     async def _leaves(

@@ -10,6 +10,7 @@ are translated where they enter, so a caller needs to catch only this tree::
     │   ├── NothingToBuild    the channel has no sources
     │   └── NodeNotFound      no node with that id in the channel's tree
     ├── BuildError            a rebuild stopped; the previous tree still serves
+    │   └── SpendingLimitReached  ... before passing its ceiling of model calls or tokens
     ├── ProviderError         an embedder, summariser or answerer failed
     │   ├── ModelRequestRejected  a model endpoint refused the request (4xx: key, model, input)
     │   ├── ModelBadResponse      a model endpoint answered with junk (bad JSON, no text)
@@ -72,6 +73,21 @@ class NodeNotFound(ChannelError):
 
 class BuildError(RaptorError):
     """A rebuild stopped before switching over; the previous tree still serves."""
+
+
+class SpendingLimitReached(BuildError):
+    """A rebuild would pass its ceiling of language-model calls or tokens; it stopped
+    before making the requests that would pass it.
+
+    ``kind`` is ``"calls"`` or ``"tokens"``, ``limit`` the ceiling and ``used``
+    what was already made or under way when the next batch was refused.
+    """
+
+    def __init__(self, message: str, *, kind: str, limit: int, used: int) -> None:
+        self.kind = kind
+        self.limit = limit
+        self.used = used
+        super().__init__(message)
 
 
 class ProviderError(RaptorError):

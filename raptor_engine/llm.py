@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from dataclasses import replace as _replace
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -57,6 +56,7 @@ from raptor_engine.errors import (
     ModelUnavailable,
     ProviderError,
 )
+from raptor_engine.metering import Meter, ModelUsage, adopt_meter, current_meter
 from raptor_engine.protocols import TokenCounter
 from raptor_engine.types import Answer, Citation, Hit
 
@@ -108,25 +108,6 @@ class LLMSettings:
     def __repr__(self) -> str:
         # The dataclass repr would print the key into logs and tracebacks.
         return f"LLMSettings(base_url={self.base_url!r}, model={self.model!r}, api_key=<{'set' if self.api_key else 'empty'}>)"
-
-
-@dataclass(frozen=True, slots=True)
-class LLMUsage:
-    """What a client has spent since it was made or last reset.
-
-    ``calls`` counts ``chat``/``embed`` calls (each may make several HTTP
-    attempts; ``retries`` counts the extra ones); ``failed_calls`` those that
-    raised. Tokens are summed from the responses' ``usage`` when present
-    (also for responses rejected as junk: they were paid for). ``seconds`` is
-    the wall time spent inside calls, summed over calls.
-    """
-
-    calls: int = 0
-    failed_calls: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
 
 
 # --------------------------------------------------------------------------- translating openai's errors
@@ -232,8 +213,7 @@ class LLMClient:
         self.settings = settings
         self.endpoint = _public_endpoint(settings.base_url)
         self._api_key = settings.api_key or PLACEHOLDER_API_KEY
-        self._usage_lock = threading.Lock()
-        self._usage = LLMUsage()
+        self._meter = Meter()  # everything this client did; a build's own meter travels in the context
         self._loop_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -268,16 +248,14 @@ class LLMClient:
         if threading.current_thread() is self._thread:
             call.close()
             raise RuntimeError("LLMClient.run_sync called from the client's own event loop")
-        return asyncio.run_coroutine_threadsafe(call, loop).result()
+        return asyncio.run_coroutine_threadsafe(_metered_by(current_meter(), call), loop).result()
 
-    def usage(self) -> LLMUsage:
-        """A snapshot of the counters."""
-        with self._usage_lock:
-            return self._usage
+    def usage(self) -> ModelUsage:
+        """A snapshot of the counters of every request this client made."""
+        return self._meter.usage()
 
     def reset_usage(self) -> None:
-        with self._usage_lock:
-            self._usage = LLMUsage()
+        self._meter = Meter()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -332,8 +310,10 @@ class LLMClient:
             raise
         if asyncio.get_running_loop() is loop:
             return await call
-        # Cancelling our await cancels the task on the client's loop too.
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, loop))
+        # Cancelling our await cancels the task on the client's loop too. The caller's
+        # meter goes along: a task on another loop does not inherit our context.
+        future = asyncio.run_coroutine_threadsafe(_metered_by(current_meter(), call), loop)
+        return await asyncio.wrap_future(future)
 
     async def _shutdown(self) -> None:
         current = asyncio.current_task()
@@ -474,20 +454,20 @@ class LLMClient:
     def _add_tokens(self, usage: object) -> None:
         prompt = getattr(usage, "prompt_tokens", None) or 0
         completion = getattr(usage, "completion_tokens", None) or 0
-        with self._usage_lock:
-            u = self._usage
-            self._usage = _replace(u, prompt_tokens=u.prompt_tokens + int(prompt),
-                                   completion_tokens=u.completion_tokens + int(completion))
+        self._record(ModelUsage(prompt_tokens=int(prompt), completion_tokens=int(completion)))
 
     def _count(self, seconds: float, failed: bool) -> None:
-        with self._usage_lock:
-            u = self._usage
-            self._usage = _replace(u, calls=u.calls + 1, failed_calls=u.failed_calls + int(failed),
-                                   seconds=u.seconds + seconds)
+        self._record(ModelUsage(calls=1, failed_calls=int(failed), seconds=seconds))
 
     def _count_retry(self) -> None:
-        with self._usage_lock:
-            self._usage = _replace(self._usage, retries=self._usage.retries + 1)
+        self._record(ModelUsage(retries=1))
+
+    def _record(self, usage: ModelUsage) -> None:
+        """Counts ``usage`` for this client and for the work in progress (its meter, if any)."""
+        self._meter.record(usage)
+        meter = current_meter()
+        if meter is not None:
+            meter.record(usage)
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
@@ -496,6 +476,12 @@ def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_forever()
     finally:
         loop.close()
+
+
+async def _metered_by(meter: Meter | None, call: Coroutine[Any, Any, T]) -> T:
+    """Runs ``call`` with ``meter`` as the current meter (the task's own context, so nothing leaks)."""
+    adopt_meter(meter)
+    return await call
 
 
 def _redact(text: str, secret: str) -> str:
@@ -512,6 +498,7 @@ def _scrubbed(exc: BaseException, secret: str) -> BaseException | None:
 
 SUMMARY_SYSTEM = "You are a Summarizing Text Portal"
 SUMMARY_TEMPLATE = "Write a summary of the following, including as many key details as possible: {context}:"
+CHAT_OVERHEAD_TOKENS = 8  # role markers and separators a chat template adds around two messages
 MIN_CUT_TOKENS = 16  # a partial text shorter than this adds noise rather than detail
 _WORD = re.compile(r"\S+")
 
@@ -541,6 +528,12 @@ class LLMSummarizer:
             raise ValueError("nothing to summarise: every text is empty")
         user = SUMMARY_TEMPLATE.format(context=context)
         return await self._client.chat(SUMMARY_SYSTEM, user, self._settings.summary_tokens)
+
+    def cost(self, texts: Sequence[str]) -> int:
+        """See ``MeteredSummarizer``: counted with our tokenizer, which differs from the
+        model's by a few per cent; the completion counts at its full budget."""
+        prompt = SUMMARY_SYSTEM + SUMMARY_TEMPLATE.format(context=self.context(texts))
+        return self._counter.count(prompt) + CHAT_OVERHEAD_TOKENS + self._settings.summary_tokens
 
     def context(self, texts: Sequence[str]) -> str:
         """The texts joined by blank lines, within ``context_tokens``.

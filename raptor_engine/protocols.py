@@ -66,6 +66,20 @@ class Summarizer(Protocol):
 
 
 @runtime_checkable
+class MeteredSummarizer(Summarizer, Protocol):
+    """A summariser whose calls spend a language model's requests and tokens.
+
+    Builds check a spending ceiling before asking it for a batch of summaries;
+    summarisers that spend nothing metered (the extractive one) need not
+    implement this.
+    """
+
+    def cost(self, texts: Sequence[str]) -> int:
+        """Tokens one summary of ``texts`` spends at most: its prompt plus the completion budget."""
+        ...
+
+
+@runtime_checkable
 class Answerer(Protocol):
     """Answers a question from retrieved nodes, citing them."""
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from raptor_engine.clustering import ClusteringSettings, cluster_rows
 from raptor_engine.errors import ProviderError
-from raptor_engine.protocols import Embedder, Summarizer, TokenCounter
+from raptor_engine.metering import Meter
+from raptor_engine.protocols import Embedder, MeteredSummarizer, Summarizer, TokenCounter
 from raptor_engine.types import Node
 
 log = logging.getLogger(__name__)
@@ -103,8 +104,10 @@ class TreeBuilder:
         clustering: ClusteringSettings,
         max_concurrency: int = 8,
         progress: ProgressCallback | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self._embedder = embedder
+        self._meter = meter
         self._summarizer = summarizer
         self._counter = counter
         self._clustering = clustering
@@ -235,6 +238,7 @@ class TreeBuilder:
     ) -> list[str]:
         """The text of each cluster's summary: cached, or made concurrently under ``bound``."""
         todo = [i for i, key in enumerate(keys) if key not in cached]
+        await self._reserve([members[i] for i in todo])
         done = 0
         if number:
             self._progress(BuildProgress("summarise", 0, len(todo), number))
@@ -255,6 +259,20 @@ class TreeBuilder:
         for index, text in zip(todo, made):
             texts[index] = text
         return texts
+
+
+    async def _reserve(self, clusters: list[list[Node]]) -> None:
+        """Books the summaries about to be asked for against the build's spending ceiling;
+        raises ``SpendingLimitReached`` before any of them is asked if they would pass it."""
+        meter, summarizer = self._meter, self._summarizer
+        if not clusters or meter is None or not meter.limits.bounded or not isinstance(summarizer, MeteredSummarizer):
+            return
+        tokens = 0
+        if meter.limits.max_tokens:  # counting prompts costs tokenising them: only when tokens are capped
+            costs = await asyncio.to_thread(lambda: [summarizer.cost([n.text for n in c]) for c in clusters])
+            tokens = sum(costs)
+        layer = 1 + max(node.layer for node in clusters[0])
+        meter.reserve(len(clusters), tokens, f"{len(clusters)} new summaries of layer {layer}")
 
 
 @dataclass(slots=True)

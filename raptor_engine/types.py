@@ -173,6 +173,10 @@ class BuildReport:
     summaries_made: int
     summaries_reused: int
     built_at: str
+    model_calls: int = 0  # language-model requests (summaries, and embeddings over an API)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_seconds: float = 0.0  # wall time of those requests, summed over requests
 
     @property
     def total_seconds(self) -> float:

@@ -87,3 +87,15 @@ def test_api_embedder_without_endpoint_is_a_config_error(tmp_path: Path, capsys:
     config.write_text("embedder:\n  provider: api\n")
     assert run("--config", str(config), "sources", "--channel", "c")[0] == 1
     assert "needs llm.base_url" in capsys.readouterr().err
+
+
+def test_a_rebuild_ceiling_names_its_key(tmp_path: Path, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STUB_KEY", "k")
+    config = write_config(tmp_path, stub)
+    config.write_text(config.read_text() + "  max_calls_per_rebuild: 2\n")
+    run("--config", str(config), "ingest", "--channel", "c", str(SAMPLE))
+    code, _ = run("--config", str(config), "rebuild", "--channel", "c")
+    err = capsys.readouterr().err
+    assert code == 1 and "ceiling of 2 language-model calls" in err and "llm.max_calls_per_rebuild" in err
+    assert len([r for r in stub.requests if r.path.endswith("/chat/completions")]) <= 2
