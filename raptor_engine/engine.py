@@ -233,6 +233,7 @@ class Engine:
             raise NothingToBuild("this channel has no sources yet: add a file or pin a message first")
         version = channel.next_version()
         stages: dict[str, float] = {}
+        began = time.perf_counter()
         with metering(self.settings.spending) as meter:
             try:
                 groups, embedded = await self._leaves(channel, sources, stages)
@@ -273,6 +274,7 @@ class Engine:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             model_seconds=usage.seconds,
+            elapsed_seconds=time.perf_counter() - began,
         )
 
     async def _leaves(

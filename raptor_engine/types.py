@@ -177,6 +177,7 @@ class BuildReport:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model_seconds: float = 0.0  # wall time of those requests, summed over requests
+    elapsed_seconds: float = 0.0  # wall time of the whole rebuild (stages overlap, so their sum is more)
 
     @property
     def total_seconds(self) -> float:

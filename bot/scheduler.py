@@ -1,0 +1,468 @@
+"""Rebuilding channels' trees: on request, and on a schedule when their sources changed.
+
+:class:`RebuildScheduler` owns every rebuild the bot runs. Per channel it keeps
+at most one rebuild running and at most one waiting behind it: requests made
+while a rebuild runs merge into the waiting one, and everyone who asked hears
+its result. An APScheduler job per channel checks, every interval or on a cron
+line, whether the channel's sources changed since its served build, and only
+then rebuilds.
+
+A manual request leaves the note ``rebuild_requested`` in the store until its
+build ends (whatever the outcome, except being cancelled), so a request cut
+short by a restart is resumed by the next :meth:`RebuildScheduler.start`.
+
+Everything here runs on one event loop; the engine's CPU work runs in its own
+worker threads, and its progress callbacks hop back to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+
+from apscheduler.job import Job
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot.chat import Reply, ReplyKind, Send
+from bot.config import BotConfig, ScheduleConfig
+from raptor_engine.engine import Engine
+from raptor_engine.errors import RaptorError
+from raptor_engine.tree import BuildProgress
+from raptor_engine.types import BuildReport, ChannelKey, TreeStats
+
+log = logging.getLogger(__name__)
+
+NOTE = "rebuild_requested"  # the store note marking a manual rebuild not finished yet
+MISFIRE_GRACE_S = 600  # a check delayed this long (busy loop, suspended host) still runs; coalesce merges the rest
+STOP_NOTICE_TIMEOUT_S = 2.0  # how long stop() waits for each "interrupted" notice to be sent
+QUEUED_TEXT = "A rebuild is running; yours is queued and starts when it ends."
+INTERRUPTED_TEXT = (
+    "The bot is stopping: the rebuild was interrupted and resumes when the bot is back. "
+    "The current tree keeps answering."
+)
+
+
+class RequestResult(str, Enum):
+    """What :meth:`RebuildScheduler.request` did with a request."""
+
+    STARTED = "started"  # nothing was running: the rebuild started
+    QUEUED = "queued"  # one is running: this one runs right after it (merged with other waiting requests)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStatus:
+    """A channel's rebuild state, as :meth:`RebuildScheduler.status` sees it now."""
+
+    running: bool
+    queued: bool
+    next_run: datetime | None  # next scheduled check, None if the schedule is disabled/not started
+
+
+@dataclass(frozen=True, slots=True)
+class _Requester:
+    """Someone waiting for a rebuild's result; ``send`` is None when nobody can be told
+    (a scheduled check, a request resumed after a restart): the result is logged."""
+
+    by: str
+    send: Send | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One rebuild and everyone waiting for it. ``manual`` batches own the store note."""
+
+    requesters: list[_Requester]
+    manual: bool
+
+    @property
+    def sends(self) -> list[Send]:
+        return [r.send for r in self.requesters if r.send is not None]
+
+    def describe(self) -> str:
+        if not self.manual:
+            return "scheduled: sources changed"
+        return "requested by " + ", ".join(r.by or "?" for r in self.requesters)
+
+
+@dataclass(slots=True)
+class _ChannelState:
+    """A channel's rebuilds. ``task`` runs ``current`` and then whatever got ``queued``."""
+
+    # Serialises the note's read-change-write cycles (the store's set_note is not atomic).
+    note_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[None] | None = None
+    current: _Batch | None = None
+    queued: _Batch | None = None
+
+
+class RebuildScheduler:
+    """Runs manual and scheduled rebuilds, never two of one channel at once. See the module docstring.
+
+    Not thread-safe: every method is called from the event loop it was started on.
+    """
+
+    def __init__(self, engine: Engine, config: BotConfig) -> None:
+        self._engine = engine
+        self._config = config
+        self._states: dict[ChannelKey, _ChannelState] = {}
+        self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
+        self._scheduler: AsyncIOScheduler | None = None
+
+    # -- life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Starts the APScheduler on the running loop, adds a job for every known channel
+        (engine.channels()), and resumes rebuilds requested before a restart (a note
+        'rebuild_requested' left in the store). Raises ``RuntimeError`` if already started,
+        ``StoreError`` if the store cannot list its channels."""
+        if self._scheduler is not None:
+            raise RuntimeError("the rebuild scheduler is already started")
+        keys = await asyncio.to_thread(self._engine.channels)
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.start()  # on the running loop: AsyncIOScheduler picks it up here
+        self._watched.update(keys)
+        for key in sorted(self._watched, key=str):
+            self._add_job(key)
+        for key in keys:
+            await self._resume(key)
+
+    async def stop(self) -> None:
+        """Shuts the scheduler down, cancels running rebuilds (the engine guarantees the previous
+        tree keeps answering; the 'rebuild_requested' note stays so they resume at the next start).
+        Whoever waits for a cancelled rebuild is told so (best effort, briefly)."""
+        if self._scheduler is not None:
+            scheduler, self._scheduler = self._scheduler, None
+            scheduler.shutdown(wait=False)
+            await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
+        tasks: list[asyncio.Task[None]] = []
+        waiting: list[Send] = []
+        for state in self._states.values():
+            if state.task is None:
+                continue
+            for batch in (state.current, state.queued):
+                waiting += batch.sends if batch else []
+            state.task.cancel()
+            tasks.append(state.task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            log.info("stopped %d running rebuild(s); they resume at the next start if requested", len(tasks))
+        notice = Reply(ReplyKind.INFO, INTERRUPTED_TEXT)
+        await asyncio.gather(*(_send_within(send, notice, STOP_NOTICE_TIMEOUT_S) for send in waiting))
+
+    def watch(self, key: ChannelKey) -> None:
+        """Makes sure the channel has a scheduled job (called when a channel gets its first source).
+        Before :meth:`start`, the job is added when the scheduler starts."""
+        self._watched.add(key)
+        if self._scheduler is not None and self._scheduler.get_job(_job_id(key)) is None:
+            self._add_job(key)
+
+    # -- requests ----------------------------------------------------------------
+
+    async def request(self, key: ChannelKey, requested_by: str, send: Send | None = None) -> RequestResult:
+        """A manual rebuild: returns at once; the rebuild runs in a task. Writes the note before
+        starting, clears it when the build ends (success or BuildError/NothingToBuild) but not when cancelled.
+
+        ``send`` hears the progress and the result (and, when QUEUED, that it waits).
+        Raises ``StoreError`` if the note cannot be written; nothing is started then.
+        """
+        state = self._state(key)
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        async with state.note_lock:
+            await asyncio.to_thread(self._engine.set_note, key, NOTE, f"{requested_by or '?'} at {stamp}")
+        # Decided after the await and without awaiting again, so two requests can never both start.
+        requester = _Requester(requested_by, send)
+        if state.task is None:
+            self._launch(key, state, _Batch([requester], manual=True))
+            log.info("channel %s: rebuild requested by %s: started", key, requested_by)
+            return RequestResult.STARTED
+        if state.queued is None:
+            state.queued = _Batch([], manual=True)
+        state.queued.requesters.append(requester)
+        log.info("channel %s: rebuild requested by %s: queued", key, requested_by)
+        if send is not None:
+            await _send_safely(send, Reply(ReplyKind.PROGRESS, QUEUED_TEXT))
+        return RequestResult.QUEUED
+
+    async def check(self, key: ChannelKey) -> bool:
+        """The scheduled job of a channel: starts a rebuild only if its sources changed since the
+        served build (and it has any), and none runs or waits. True if one was started.
+        Store failures are logged, not raised: the next check tries again."""
+        state = self._state(key)
+        if state.task is not None:
+            log.debug("channel %s: scheduled check skipped: a rebuild runs", key)
+            return False
+        try:
+            stats = await asyncio.to_thread(self._engine.stats, key)
+        except RaptorError as exc:
+            log.warning("channel %s: scheduled check failed: %s", key, exc)
+            return False
+        if not sources_changed(stats):
+            log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+            return False
+        if state.task is not None:  # a request came in while stats were read
+            return False
+        log.info("channel %s: scheduled check: %d source(s) changed", key, stats.pending_sources)
+        self._launch(key, state, _Batch([], manual=False))
+        return True
+
+    # -- inspection --------------------------------------------------------------
+
+    def status(self, key: ChannelKey) -> ScheduleStatus:
+        """Whether a rebuild of the channel runs or waits, and when its next scheduled check is."""
+        state = self._states.get(key)
+        job = self.job(key)
+        return ScheduleStatus(
+            running=state is not None and state.task is not None,
+            queued=state is not None and state.queued is not None,
+            next_run=job.next_run_time if job is not None else None,
+        )
+
+    def job(self, key: ChannelKey) -> Job | None:
+        """The channel's APScheduler job, None if it has none or the scheduler is not started."""
+        return self._scheduler.get_job(_job_id(key)) if self._scheduler is not None else None
+
+    async def wait_idle(self, key: ChannelKey | None = None) -> None:
+        """Until nothing runs or waits for that channel (or any channel): for tests and shutdown."""
+        while True:
+            tasks = [
+                s.task for k, s in self._states.items() if s.task is not None and (key is None or k == key)
+            ]
+            if not tasks:
+                return
+            # A queued batch runs in the same task, but a request arriving just as a task
+            # ends starts a new one: look again until none is left.
+            await asyncio.wait(tasks)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _state(self, key: ChannelKey) -> _ChannelState:
+        # One small entry per channel the bot serves: bounded by the channels, never dropped,
+        # because the note lock must stay the same object while anything awaits it.
+        if key not in self._states:
+            self._states[key] = _ChannelState()
+        return self._states[key]
+
+    def _schedule_of(self, key: ChannelKey) -> ScheduleConfig:
+        channel = self._config.channels.get(str(key))
+        return channel.schedule if channel is not None and channel.schedule is not None else self._config.schedule
+
+    def _add_job(self, key: ChannelKey) -> None:
+        assert self._scheduler is not None
+        schedule = self._schedule_of(key)
+        if not schedule.enabled:
+            log.debug("channel %s: schedule disabled, no job", key)
+            return
+        self._scheduler.add_job(
+            self.check,
+            _trigger(schedule),
+            args=[key],
+            id=_job_id(key),
+            name=f"rebuild check of {key}",
+            coalesce=True,
+            max_instances=1,
+            misfire_grace_time=MISFIRE_GRACE_S,
+            replace_existing=True,
+        )
+
+    async def _resume(self, key: ChannelKey) -> None:
+        """Restarts a manual rebuild whose note survived a restart (its requester cannot be told)."""
+        state = self._state(key)
+        if state.task is not None:
+            return  # a request made before start() already covers it
+        try:
+            notes = await asyncio.to_thread(self._engine.notes, key)
+        except RaptorError as exc:
+            log.warning("channel %s: cannot read its notes to resume a rebuild: %s", key, exc)
+            return
+        if NOTE in notes and state.task is None:
+            log.info("channel %s: resuming the rebuild requested by %s", key, notes[NOTE])
+            self._launch(key, state, _Batch([_Requester(notes[NOTE])], manual=True))
+
+    def _launch(self, key: ChannelKey, state: _ChannelState, batch: _Batch) -> None:
+        state.current = batch
+        state.task = asyncio.get_running_loop().create_task(self._drain(key, state), name=f"rebuild {key}")
+
+    async def _drain(self, key: ChannelKey, state: _ChannelState) -> None:
+        """Runs the current batch, then each batch queued meanwhile, one after the other."""
+        try:
+            while state.current is not None:
+                await self._build(key, state.current)
+                await self._release_note(key, state)
+                # Synchronous from here to the next build: a request either saw this task
+                # alive and queued (taken now) or comes after and starts a new task.
+                state.current, state.queued = state.queued, None
+        finally:
+            state.task = state.current = state.queued = None
+
+    async def _release_note(self, key: ChannelKey, state: _ChannelState) -> None:
+        """Clears the note after a manual build unless another manual build waits (it needs the note)."""
+        assert state.current is not None
+        if not state.current.manual:
+            return
+        async with state.note_lock:
+            if state.queued is not None:
+                return
+            try:
+                await asyncio.to_thread(self._engine.set_note, key, NOTE, None)
+            except Exception:
+                # The note stays: the next start rebuilds once more, which is harmless.
+                log.warning("channel %s: cannot clear the rebuild note", key, exc_info=True)
+
+    async def _build(self, key: ChannelKey, batch: _Batch) -> None:
+        """One rebuild, reported to the batch's requesters (or the log). Never raises but CancelledError."""
+        log.info("channel %s: rebuild started (%s)", key, batch.describe())
+        sends = batch.sends
+        relay = ProgressRelay(sends, self._config.progress_every_s) if sends else None
+        try:
+            report = await self._engine.rebuild(key, relay)
+        except asyncio.CancelledError:
+            if relay is not None:
+                relay.cancel()
+            raise
+        except RaptorError as exc:
+            reply = Reply(ReplyKind.ERROR, str(exc))
+            log.warning("channel %s: rebuild failed (%s): %s", key, batch.describe(), exc)
+        except Exception:
+            reference = secrets.token_hex(4)
+            log.exception("channel %s: rebuild failed unexpectedly [reference %s]", key, reference)
+            text = f"The rebuild failed unexpectedly; the previous tree still answers (reference {reference})."
+            reply = Reply(ReplyKind.ERROR, text, reference=reference)
+        else:
+            reply = Reply(ReplyKind.INFO, report_sentence(report))
+            log.info("channel %s: rebuild finished (%s): %s", key, batch.describe(), reply.text)
+        if relay is not None:
+            await relay.close()  # no progress reply may arrive after the result
+        await asyncio.gather(*(_send_safely(send, reply) for send in sends))
+
+
+class ProgressRelay:
+    """The engine's ``ProgressCallback`` turned into PROGRESS replies, at most one per
+    ``every_s`` seconds (the first after ``every_s``: a quick build only reports its result).
+
+    Callable from any thread: events hop to the loop the relay was made on. Updates
+    arriving while a reply is still being sent are dropped, so a slow platform never
+    piles replies up; :meth:`close` waits for the one in flight and stops the rest.
+    """
+
+    def __init__(
+        self,
+        sends: Sequence[Send],
+        every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Must be made on the loop (or given ``loop``) whose coroutines ``sends`` are."""
+        self._sends = list(sends)
+        self._every_s = every_s
+        self._clock = clock
+        self._loop = loop or asyncio.get_running_loop()
+        self._last = clock()
+        self._in_flight: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def __call__(self, event: BuildProgress) -> None:
+        # Worker threads call this too: only the loop may touch the relay's state.
+        self._loop.call_soon_threadsafe(self._on_event, event)
+
+    def _on_event(self, event: BuildProgress) -> None:
+        now = self._clock()
+        if self._closed or now - self._last < self._every_s:
+            return
+        if self._in_flight is not None and not self._in_flight.done():
+            return
+        self._last = now
+        reply = Reply(ReplyKind.PROGRESS, progress_text(event))
+        self._in_flight = self._loop.create_task(self._deliver(reply))
+
+    async def _deliver(self, reply: Reply) -> None:
+        await asyncio.gather(*(_send_safely(send, reply) for send in self._sends))
+
+    async def close(self) -> None:
+        """Stops relaying and waits for the reply being sent, if any."""
+        self._closed = True
+        if self._in_flight is not None:
+            await self._in_flight
+
+    def cancel(self) -> None:
+        """Stops relaying and cancels the reply being sent, if any (the build was cancelled)."""
+        self._closed = True
+        if self._in_flight is not None:
+            self._in_flight.cancel()
+
+
+def sources_changed(stats: TreeStats) -> bool:
+    """Whether the served tree is behind the channel's sources and a rebuild could build one."""
+    if stats.sources == 0:
+        return False  # nothing to build from (a channel whose sources were all removed included)
+    return stats.pending_sources > 0 or stats.version == 0
+
+
+def progress_text(event: BuildProgress) -> str:
+    """One line saying where a build is, e.g. ``Rebuilding: 40 of 120 summaries (layer 1)…``."""
+    if event.stage == "embed":
+        return f"Rebuilding: embedded {event.done:,} of {_count(event.total, 'excerpt')}…"
+    if event.stage == "subtrees":
+        return f"Rebuilding: {event.done:,} of {_count(event.total, 'source tree')} built…"
+    if event.stage == "cluster":
+        return f"Rebuilding: clustering layer {event.layer}…"
+    if event.stage == "summarise":
+        return f"Rebuilding: {event.done:,} of {_count(event.total, 'summary', 'summaries')} (layer {event.layer})…"
+    return f"Rebuilding: {event.stage}…"
+
+
+def report_sentence(report: BuildReport) -> str:
+    """The build report in one sentence, e.g. "Rebuilt: tree v3 from 15 sources, 1,152 nodes in
+    6 layers (977 excerpts); 12 summaries written, 160 reused; 4 language-model calls, 3,100 tokens;
+    18.9 s." The model part is left out when no model was called."""
+    nodes = _count(sum(report.nodes_per_layer.values()), "node")
+    layers = _count(len(report.nodes_per_layer), "layer")
+    tree = f"Rebuilt: tree v{report.version} from {_count(report.sources, 'source')}, {nodes} in {layers}"
+    summaries = _count(report.summaries_made, "summary", "summaries")
+    parts = [
+        f"{tree} ({_count(report.leaves, 'excerpt')})",
+        f"{summaries} written, {report.summaries_reused:,} reused",
+    ]
+    if report.model_calls:
+        tokens = report.prompt_tokens + report.completion_tokens
+        parts.append(f"{_count(report.model_calls, 'language-model call')}, {_count(tokens, 'token')}")
+    parts.append(f"{report.elapsed_seconds or report.total_seconds:.1f} s.")
+    return "; ".join(parts)
+
+
+def _count(n: int, singular: str, plural: str = "") -> str:
+    return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
+
+
+def _job_id(key: ChannelKey) -> str:
+    return f"rebuild-check:{key}"
+
+
+def _trigger(schedule: ScheduleConfig) -> BaseTrigger:
+    """The cron line if set (server time), else the interval."""
+    if schedule.cron is not None:
+        return CronTrigger.from_crontab(schedule.cron)
+    return IntervalTrigger(minutes=schedule.every_minutes)
+
+
+async def _send_safely(send: Send, reply: Reply) -> None:
+    """Sends, logging instead of raising: a platform failing to deliver never stops a rebuild."""
+    try:
+        await send(reply)
+    except Exception:
+        log.warning("could not send a %s reply about a rebuild", reply.kind.value, exc_info=True)
+
+
+async def _send_within(send: Send, reply: Reply, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(_send_safely(send, reply), timeout_s)
+    except TimeoutError:
+        log.warning("gave up sending a %s reply after %.0f s", reply.kind.value, timeout_s)

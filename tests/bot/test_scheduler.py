@@ -1,0 +1,450 @@
+"""Rebuild scheduling on the real engine (packaged model, embedded Chroma, extractive summaries).
+
+Each test drives its own event loop with ``asyncio.run``. Builds are observed
+from outside: the replies each requester receives (with their arrival times),
+the scheduler's log lines, the store's notes and the engine's ``stats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from datetime import datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot.chat import Reply, ReplyKind
+from bot.config import BotConfig, ChannelConfig, ScheduleConfig
+from bot.scheduler import (
+    INTERRUPTED_TEXT,
+    MISFIRE_GRACE_S,
+    NOTE,
+    QUEUED_TEXT,
+    ProgressRelay,
+    RebuildScheduler,
+    RequestResult,
+    progress_text,
+    report_sentence,
+)
+from raptor_engine.engine import Engine
+from raptor_engine.store import ChromaStore
+from raptor_engine.tree import BuildProgress
+from raptor_engine.types import BuildReport, ChannelKey, Document
+from tests.conftest import SAMPLE, make_engine
+
+QUIET = BotConfig(progress_every_s=3600)  # no progress replies: a test sees only results
+
+
+class Inbox:
+    """A ``Send`` that keeps what it receives, with the monotonic time it arrived."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.received: list[tuple[float, Reply]] = []
+        self.fail = fail
+
+    async def __call__(self, reply: Reply) -> None:
+        self.received.append((time.monotonic(), reply))
+        if self.fail:
+            raise RuntimeError("the platform is down")
+
+    @property
+    def replies(self) -> list[Reply]:
+        return [reply for _, reply in self.received]
+
+    @property
+    def kinds(self) -> list[ReplyKind]:
+        return [reply.kind for reply in self.replies]
+
+
+def scheduler_lines(caplog: pytest.LogCaptureFixture, fragment: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "bot.scheduler" and fragment in r.getMessage()]
+
+
+def small_channel(engine: Engine, key: ChannelKey, text: str = "Penguins live in Antarctica. They eat krill.") -> None:
+    engine.ingest(key, Document(text, "note"))
+
+
+def other_channel(name: str) -> ChannelKey:
+    return ChannelKey("test", "workspace", name)
+
+
+# -- pure functions -------------------------------------------------------------------
+
+
+def report(**changes: Any) -> BuildReport:
+    fields: dict[str, Any] = {
+        "version": 3, "sources": 15, "leaves": 977, "nodes_per_layer": {0: 977, 1: 120, 2: 40, 3: 10, 4: 4, 5: 1},
+        "stage_seconds": {"cluster": 10.0, "summarise": 8.9}, "leaves_embedded": 0, "leaves_reused": 977,
+        "summaries_made": 12, "summaries_reused": 160, "built_at": "2026-01-01T00:00:00+00:00",
+        "model_calls": 4, "prompt_tokens": 2600, "completion_tokens": 500, "model_seconds": 3.0,
+    }
+    fields.update(changes)
+    return BuildReport(**fields)
+
+
+def test_report_sentence() -> None:
+    assert report_sentence(report()) == (
+        "Rebuilt: tree v3 from 15 sources, 1,152 nodes in 6 layers (977 excerpts); "
+        "12 summaries written, 160 reused; 4 language-model calls, 3,100 tokens; 18.9 s."
+    )
+
+
+def test_report_sentence_without_a_model_and_in_the_singular() -> None:
+    one = report(version=1, sources=1, leaves=1, nodes_per_layer={0: 1}, summaries_made=1, summaries_reused=0,
+                 model_calls=0, prompt_tokens=0, completion_tokens=0, stage_seconds={"store": 0.04})
+    assert report_sentence(one) == (
+        "Rebuilt: tree v1 from 1 source, 1 node in 1 layer (1 excerpt); 1 summary written, 0 reused; 0.0 s."
+    )
+
+
+def test_progress_text() -> None:
+    assert progress_text(BuildProgress("cluster", 0, 1, 2)) == "Rebuilding: clustering layer 2…"
+    assert progress_text(BuildProgress("summarise", 40, 120, 1)) == "Rebuilding: 40 of 120 summaries (layer 1)…"
+    assert progress_text(BuildProgress("subtrees", 3, 15)) == "Rebuilding: 3 of 15 source trees built…"
+    assert progress_text(BuildProgress("embed", 256, 1300)) == "Rebuilding: embedded 256 of 1,300 excerpts…"
+
+
+# -- progress throttling ----------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def turns(n: int = 10) -> None:
+    """Lets the loop run the callbacks and tasks the relay scheduled."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_progress_replies_are_throttled() -> None:
+    async def scenario() -> list[Reply]:
+        clock, inbox = Clock(), Inbox()
+        relay = ProgressRelay([inbox], every_s=10.0, clock=clock)
+        for now, layer in [(0.0, 1), (5.0, 2), (10.0, 3), (15.0, 4), (19.9, 5), (20.5, 6)]:
+            clock.now = now
+            relay(BuildProgress("cluster", 0, 1, layer))
+            await turns()
+        clock.now = 40.0
+        await asyncio.to_thread(relay, BuildProgress("summarise", 1, 2, 7))  # from a worker thread
+        await turns()
+        await relay.close()
+        clock.now = 60.0
+        relay(BuildProgress("cluster", 0, 1, 8))  # after close: never sent
+        await turns()
+        return inbox.replies
+
+    replies = asyncio.run(scenario())
+    assert [r.text for r in replies] == [
+        "Rebuilding: clustering layer 3…", "Rebuilding: clustering layer 6…", "Rebuilding: 1 of 2 summaries (layer 7)…",
+    ]
+    assert {r.kind for r in replies} == {ReplyKind.PROGRESS}
+
+
+def test_progress_updates_are_dropped_while_a_reply_is_being_sent() -> None:
+    async def scenario() -> list[str]:
+        clock, sent, release = Clock(), [], asyncio.Event()
+
+        async def slow_send(reply: Reply) -> None:
+            sent.append(reply.text)
+            await release.wait()
+
+        relay = ProgressRelay([slow_send], every_s=1.0, clock=clock)
+        for now in (1.0, 2.0, 3.0):  # the first is being sent during the other two
+            clock.now = now
+            relay(BuildProgress("cluster", 0, 1, int(now)))
+            await turns()
+        release.set()
+        await relay.close()
+        return sent
+
+    assert asyncio.run(scenario()) == ["Rebuilding: clustering layer 1…"]
+
+
+# -- manual requests -----------------------------------------------------------------------
+
+
+def test_a_request_rebuilds_and_reports_once(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+
+    async def scenario() -> tuple[RequestResult, Inbox, dict[str, str]]:
+        scheduler = RebuildScheduler(engine, QUIET)
+        inbox = Inbox()
+        result = await scheduler.request(channel, "ann", inbox)
+        noted = engine.notes(channel)  # written before the build started
+        assert scheduler.status(channel).running
+        await scheduler.wait_idle(channel)
+        assert not scheduler.status(channel).running
+        return result, inbox, noted
+
+    result, inbox, noted = asyncio.run(scenario())
+    assert result is RequestResult.STARTED
+    assert noted[NOTE].startswith("ann at ")
+    assert inbox.kinds == [ReplyKind.INFO]
+    assert inbox.replies[0].text.startswith("Rebuilt: tree v1 from 1 source, ")
+    assert NOTE not in engine.notes(channel)
+    assert engine.stats(channel).version == 1
+
+
+def test_requests_while_running_merge_into_one_queued_rebuild(
+    engine: Engine, channel: ChannelKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.scheduler")
+    engine.ingest_file(channel, SAMPLE)
+    first, second, third = Inbox(), Inbox(), Inbox()
+
+    async def scenario() -> list[RequestResult]:
+        scheduler = RebuildScheduler(engine, QUIET)
+        results = [await scheduler.request(channel, "ann", first)]
+        results.append(await scheduler.request(channel, "bob", second))
+        results.append(await scheduler.request(channel, "cy", third))
+        status = scheduler.status(channel)
+        assert status.running and status.queued
+        await scheduler.wait_idle()
+        return results
+
+    assert asyncio.run(scenario()) == [RequestResult.STARTED, RequestResult.QUEUED, RequestResult.QUEUED]
+    # Two builds, strictly one after the other, and everyone heard the result of theirs.
+    ordered = scheduler_lines(caplog, "rebuild ")
+    ordered = [m for m in ordered if "rebuild started" in m or "rebuild finished" in m]
+    assert ["started" in m for m in ordered] == [True, False, True, False]
+    assert "requested by bob" in ordered[2] and "cy" in ordered[2]
+    assert first.kinds == [ReplyKind.INFO] and first.replies[0].text.startswith("Rebuilt: tree v1 ")
+    for inbox in (second, third):
+        assert inbox.kinds == [ReplyKind.PROGRESS, ReplyKind.INFO]
+        assert inbox.replies[0].text == QUEUED_TEXT
+        assert inbox.replies[1].text.startswith("Rebuilt: tree v2 ")
+    assert first.received[-1][0] <= second.received[-1][0]
+    assert engine.stats(channel).version == 2
+    assert NOTE not in engine.notes(channel)
+
+
+def test_a_channel_without_sources_reports_an_error_and_clears_the_note(engine: Engine, channel: ChannelKey) -> None:
+    inbox = Inbox()
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(engine, QUIET)
+        assert await scheduler.request(channel, "ann", inbox) is RequestResult.STARTED
+        await scheduler.wait_idle()
+
+    asyncio.run(scenario())
+    assert inbox.kinds == [ReplyKind.ERROR]
+    assert "no sources" in inbox.replies[0].text
+    assert inbox.replies[0].reference == ""
+    assert NOTE not in engine.notes(channel)
+
+
+def test_a_failing_send_does_not_stop_the_rebuild(
+    engine: Engine, channel: ChannelKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    small_channel(engine, channel)
+    broken = Inbox(fail=True)
+
+    async def scenario() -> list[RequestResult]:
+        scheduler = RebuildScheduler(engine, QUIET)
+        results = [await scheduler.request(channel, "ann", broken), await scheduler.request(channel, "bob", broken)]
+        await scheduler.wait_idle()
+        return results
+
+    assert asyncio.run(scenario()) == [RequestResult.STARTED, RequestResult.QUEUED]
+    assert broken.kinds == [ReplyKind.PROGRESS, ReplyKind.INFO, ReplyKind.INFO]  # every send was tried
+    assert engine.stats(channel).version == 2
+    assert NOTE not in engine.notes(channel)
+    assert len(scheduler_lines(caplog, "could not send")) == 3
+
+
+class BuggySummarizer:
+    """A summariser plug-in with a bug: it raises something outside the engine's error tree."""
+
+    identity = "buggy"
+
+    async def summarize(self, texts: Any) -> str:
+        raise ValueError("a bug")
+
+
+def test_an_unexpected_failure_is_logged_with_a_reference(
+    store: ChromaStore, embedder: Any, channel: ChannelKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = make_engine(store, embedder)
+    engine = Engine(store, embedder, embedder.token_counter(), BuggySummarizer(), good._answerer)
+    engine.ingest_file(channel, SAMPLE)
+    inbox = Inbox()
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(engine, QUIET)
+        await scheduler.request(channel, "ann", inbox)
+        await scheduler.wait_idle()
+
+    asyncio.run(scenario())
+    [reply] = inbox.replies
+    assert reply.kind is ReplyKind.ERROR and re.fullmatch(r"[0-9a-f]{8}", reply.reference)
+    assert "failed" in reply.text and reply.reference in reply.text and "a bug" not in reply.text
+    [record] = [r for r in caplog.records if r.name == "bot.scheduler" and r.exc_info]
+    assert reply.reference in record.getMessage()
+    assert NOTE not in engine.notes(channel)
+
+
+def test_progress_replies_come_before_the_result_and_apart(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    small_channel(engine, channel)
+    inbox = Inbox()
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(engine, BotConfig(progress_every_s=0.5))
+        await scheduler.request(channel, "ann", inbox)
+        await scheduler.wait_idle()
+
+    asyncio.run(scenario())
+    assert inbox.kinds[-1] is ReplyKind.INFO
+    assert set(inbox.kinds[:-1]) <= {ReplyKind.PROGRESS}
+    times = [at for at, reply in inbox.received if reply.kind is ReplyKind.PROGRESS]
+    assert all(later - earlier >= 0.45 for earlier, later in pairwise(times))
+
+
+# -- restarts ---------------------------------------------------------------------------------
+
+
+def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
+    store: ChromaStore, embedder: Any, engine: Engine, channel: ChannelKey
+) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    inbox = Inbox()
+
+    async def before_restart() -> None:
+        scheduler = RebuildScheduler(engine, QUIET)
+        await scheduler.start()
+        assert await scheduler.request(channel, "ann", inbox) is RequestResult.STARTED
+        await asyncio.sleep(0.05)  # well inside the build (hundreds of ms even when warm)
+        await scheduler.stop()
+        assert not scheduler.status(channel).running
+
+    asyncio.run(before_restart())
+    assert inbox.replies == [Reply(ReplyKind.INFO, INTERRUPTED_TEXT)]
+    assert engine.notes(channel)[NOTE].startswith("ann at ")
+    assert engine.stats(channel).version == 0  # the cancelled build never switched over
+
+    restarted = make_engine(store, embedder)
+
+    async def after_restart() -> None:
+        scheduler = RebuildScheduler(restarted, QUIET)
+        await scheduler.start()
+        assert scheduler.status(channel).running
+        await scheduler.wait_idle()
+        await scheduler.stop()
+
+    asyncio.run(after_restart())
+    stats = restarted.stats(channel)
+    assert stats.version >= 1 and stats.pending_sources == 0
+    assert NOTE not in restarted.notes(channel)
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+
+def test_the_scheduled_check_rebuilds_only_changed_channels(engine: Engine, channel: ChannelKey) -> None:
+    built, empty = other_channel(channel.channel + "-built"), other_channel(channel.channel + "-empty")
+    small_channel(engine, channel)
+    small_channel(engine, built, "Owls hunt at night. They eat mice.")
+    asyncio.run(engine.rebuild(built))
+    engine.notes(empty)  # registers the channel without any source
+
+    async def scenario() -> tuple[list[bool], list[bool]]:
+        scheduler = RebuildScheduler(engine, QUIET)
+        first = [await scheduler.check(key) for key in (channel, built, empty)]
+        assert await scheduler.check(channel) is False  # running: skipped, not queued
+        assert not scheduler.status(channel).queued
+        await scheduler.wait_idle()
+        small_channel(engine, built, "Owls can turn their heads very far.")
+        second = [await scheduler.check(key) for key in (channel, built, empty)]
+        await scheduler.wait_idle()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first == [True, False, False]
+    assert second == [False, True, False]
+    assert engine.stats(channel).version == 1
+    assert engine.stats(built).version == 2 and engine.stats(built).pending_sources == 0
+    assert engine.stats(empty).version == 0
+    assert all(NOTE not in engine.notes(key) for key in (channel, built, empty))  # scheduled builds leave no note
+
+
+def test_a_scheduled_check_waits_for_a_running_request(engine: Engine, channel: ChannelKey) -> None:
+    small_channel(engine, channel)
+
+    async def scenario() -> bool:
+        scheduler = RebuildScheduler(engine, QUIET)
+        await scheduler.request(channel, "ann")
+        skipped = await scheduler.check(channel)
+        await scheduler.wait_idle()
+        return skipped
+
+    assert asyncio.run(scenario()) is False
+    assert engine.stats(channel).version == 1
+
+
+def test_jobs_follow_the_configured_schedules(engine: Engine, channel: ChannelKey) -> None:
+    nightly, off, later = (other_channel(channel.channel + suffix) for suffix in ("-cron", "-off", "-new"))
+    config = BotConfig(
+        schedule=ScheduleConfig(every_minutes=30),
+        channels={
+            str(nightly): ChannelConfig(schedule=ScheduleConfig(cron="0 3 * * *")),
+            str(off): ChannelConfig(schedule=ScheduleConfig(enabled=False)),
+        },
+    )
+    for key in (channel, nightly, off):
+        engine.notes(key)  # known to the store
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(engine, config)
+        assert scheduler.status(channel).next_run is None  # not started
+        await scheduler.start()
+        started = datetime.now().astimezone()
+
+        job = scheduler.job(channel)
+        assert job is not None and isinstance(job.trigger, IntervalTrigger)
+        assert job.trigger.interval == timedelta(minutes=30)
+        assert (job.coalesce, job.max_instances, job.misfire_grace_time) == (True, 1, MISFIRE_GRACE_S)
+        assert abs(job.next_run_time - (started + timedelta(minutes=30))) < timedelta(seconds=10)
+        assert scheduler.status(channel).next_run == job.next_run_time
+
+        cron = scheduler.job(nightly)
+        assert cron is not None and isinstance(cron.trigger, CronTrigger)
+        assert (cron.next_run_time.hour, cron.next_run_time.minute) == (3, 0)
+
+        assert scheduler.job(off) is None and scheduler.status(off).next_run is None
+
+        assert scheduler.job(later) is None
+        scheduler.watch(later)
+        assert scheduler.job(later) is not None
+
+        await scheduler.stop()
+        assert scheduler.status(channel).next_run is None
+
+    asyncio.run(scenario())
+
+
+def test_the_scheduler_runs_the_check_on_its_interval(engine: Engine, channel: ChannelKey) -> None:
+    small_channel(engine, channel)
+    config = BotConfig(schedule=ScheduleConfig(every_minutes=0.01))  # every 0.6 s
+
+    async def scenario() -> int:
+        scheduler = RebuildScheduler(engine, config)
+        await scheduler.start()
+        deadline = time.monotonic() + 15
+        while await asyncio.to_thread(lambda: engine.stats(channel).version) == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await scheduler.wait_idle()
+        await scheduler.stop()
+        return engine.stats(channel).version
+
+    assert asyncio.run(scenario()) == 1
