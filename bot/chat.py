@@ -91,7 +91,17 @@ class Unpin:
     external_id: str
 
 
-Event = Question | Command | Upload | Pin | Unpin
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """A 👍 (``up``) or 👎 on an answer, by the ``answer_id`` its reply carried."""
+
+    channel: ChannelKey
+    person: Person
+    answer_id: str
+    up: bool
+
+
+Event = Question | Command | Upload | Pin | Unpin | Vote
 
 
 class CitationKind(str, Enum):

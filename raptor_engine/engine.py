@@ -50,6 +50,7 @@ from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummariz
 from raptor_engine.tree import BuildProgress, BuiltTree, ProgressCallback, TreeBuilder
 from raptor_engine.types import (
     Answer,
+    AnswerRecord,
     BuildReport,
     ChannelKey,
     Chunk,
@@ -341,6 +342,36 @@ class Engine:
             if source.id not in remaining:
                 channel.remove_source_from_trees(source.id)
         return state
+
+    # -- answers and feedback ---------------------------------------------------
+
+    def keep_answer(self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str) -> None:
+        """Keeps an answer given in the channel with its question, so votes on it can be stored
+        beside both. Forgetting a source it cites removes it."""
+        sources: list[str] = []
+        hits = {hit.node.id: hit.node for hit in answer.hits}
+        for citation in answer.citations:
+            node = hits.get(citation.node_id)
+            for source_id in node.source_ids if node else ():
+                if source_id not in sources:
+                    sources.append(source_id)
+        record = AnswerRecord(answer_id, question, answer.text, asked_by, _now(), tuple(sources))
+        self._channel(key).put_answer(record)
+
+    def vote(self, key: ChannelKey, answer_id: str, voter: str, up: bool) -> AnswerRecord:
+        """Stores ``voter``'s vote on a kept answer (a later vote replaces an earlier one).
+        Raises ``ChannelError`` for an answer this channel did not keep (or has forgotten)."""
+        channel = self._channel(key)
+        record = channel.get_answer(answer_id)
+        if record is None:
+            raise ChannelError("that answer is no longer kept in this channel, so the vote was not stored")
+        updated = replace(record, votes=record.votes | {voter: 1 if up else -1})
+        channel.put_answer(updated)
+        return updated
+
+    def answers(self, key: ChannelKey) -> list[AnswerRecord]:
+        """The answers kept in the channel, with their votes, oldest first."""
+        return self._channel(key).list_answers()
 
     # -- notes ---------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
-from raptor_engine.types import ChannelKey, Chunk, Hit, Node, Source, SourceKind
+from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Hit, Node, Source, SourceKind
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,39 @@ class ChannelStore:
                 collection.delete(where={"source_id": source_id})
             for collection in self._cache_collections("sum"):
                 collection.delete(where={"sources": {"$contains": source_id}})
+            # Answers quote their sources: they go with them.
+            self._collection("answers").delete(where={"sources": {"$contains": source_id}})
+
+    # -- answers and votes ----------------------------------------------------
+
+    def put_answer(self, record: AnswerRecord) -> None:
+        """Keeps an answer with its question (replacing one with the same id)."""
+        metadata: dict[str, Any] = {
+            "question": record.question,
+            "asked_by": record.asked_by,
+            "answered_at": record.answered_at,
+            "votes": json.dumps(record.votes, sort_keys=True),
+        }
+        if record.source_ids:
+            metadata["sources"] = list(record.source_ids)
+        with _translated("keeping an answer"):
+            self._collection("answers").upsert(
+                ids=[record.answer_id], documents=[record.text], metadatas=[metadata], embeddings=[_PLACEHOLDER]
+            )
+
+    def get_answer(self, answer_id: str) -> AnswerRecord | None:
+        with _translated("reading an answer"):
+            got = self._collection("answers").get(ids=[answer_id], include=["documents", "metadatas"])
+        if not got["ids"]:
+            return None
+        return _answer_from(got["ids"][0], got["documents"][0], got["metadatas"][0])
+
+    def list_answers(self) -> list[AnswerRecord]:
+        """Every kept answer, oldest first."""
+        with _translated("listing answers"):
+            got = self._collection("answers").get(include=["documents", "metadatas"])
+        records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+        return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
 
     def _cache_collections(self, kind: str) -> list[Any]:
         names = [str(getattr(c, "name", c)) for c in self._client.list_collections()]
@@ -576,6 +609,13 @@ def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any
         # Chroma refuses empty lists; an update with None removes the key.
         updated[name] = kept or None
     return updated
+
+
+def _answer_from(answer_id: str, text: str | None, metadata: dict[str, Any] | None) -> AnswerRecord:
+    meta = metadata or {}
+    votes = {str(k): int(v) for k, v in json.loads(str(meta.get("votes", "{}"))).items()}
+    return AnswerRecord(answer_id, str(meta.get("question", "")), text or "", str(meta.get("asked_by", "")),
+                        str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes)
 
 
 def _source_metadata(source: Source) -> dict[str, Any]:

@@ -207,3 +207,29 @@ class NodeView:
     node: Node
     children: tuple[Node, ...]
     parents: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRecord:
+    """An answer given in a channel, kept with its question and people's votes on it.
+
+    ``votes`` maps a voter's id to +1 or -1 (a voter's last vote counts);
+    ``source_ids`` are the sources its citations came from (forgetting one of
+    them removes the record).
+    """
+
+    answer_id: str
+    question: str
+    text: str
+    asked_by: str
+    answered_at: str
+    source_ids: tuple[str, ...] = ()
+    votes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ups(self) -> int:
+        return sum(1 for v in self.votes.values() if v > 0)
+
+    @property
+    def downs(self) -> int:
+        return sum(1 for v in self.votes.values() if v < 0)

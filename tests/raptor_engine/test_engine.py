@@ -278,3 +278,22 @@ def test_a_failed_build_keeps_the_summaries_it_paid_for(store, embedder, channel
         build(failing, channel)
     report = build(engine, channel)
     assert report.summaries_made == 1 and report.summaries_reused >= 2  # only the root is asked again
+
+
+def test_answers_are_kept_with_votes_and_go_with_their_sources(engine: Engine, channel: ChannelKey) -> None:
+    source = engine.ingest_file(channel, SAMPLE).source
+    question = "Who can roll back a deployment?"
+    answer = asyncio.run(engine.answer(channel, question))
+    assert answer.citations
+    engine.keep_answer(channel, "a1", question, answer, "alice")
+    engine.vote(channel, "a1", "bob", up=True)
+    engine.vote(channel, "a1", "carol", up=False)
+    record = engine.vote(channel, "a1", "carol", up=True)  # a later vote replaces the earlier one
+    assert (record.ups, record.downs) == (2, 0)
+    [kept] = engine.answers(channel)
+    assert kept.question == question and kept.text == answer.text and kept.asked_by == "alice"
+    assert kept.source_ids == (source.id,) and kept.votes == {"bob": 1, "carol": 1}
+    engine.forget(channel, source.id)
+    assert engine.answers(channel) == []
+    with pytest.raises(ChannelError, match="no longer kept"):
+        engine.vote(channel, "a1", "bob", up=False)
