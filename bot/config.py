@@ -160,6 +160,51 @@ class ConsoleConfig(_Section):
     pictures_dir: Path | None = None
 
 
+class SlackConfig(_Section):
+    """The Slack app. Set ``bot_token`` to run on Slack; Socket Mode needs ``app_token``
+    (no public URL), HTTP mode needs ``signing_secret`` (several replicas behind a balancer)."""
+
+    bot_token: SecretStr = SecretStr("")
+    app_token: SecretStr = SecretStr("")
+    signing_secret: SecretStr = SecretStr("")
+    mode: Literal["socket", "http"] = "socket"
+    api_base_url: str = "https://slack.com/api/"
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(default=3000, ge=1, le=65535)
+    http_path: str = "/slack/events"
+    command: str = "/raptor"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.bot_token.get_secret_value())
+
+    @model_validator(mode="after")
+    def _mode_has_its_secret(self) -> SlackConfig:
+        if self.enabled and self.mode == "socket" and not self.app_token.get_secret_value():
+            raise ValueError("Socket Mode needs app_token (an xapp- token); or set mode: http")
+        if self.enabled and self.mode == "http" and not self.signing_secret.get_secret_value():
+            raise ValueError("HTTP mode needs signing_secret to verify Slack's requests")
+        return self
+
+
+class DiscordConfig(_Section):
+    """The Discord bot. Set ``token`` to run on Discord. Empty ``guilds``/``channels`` allow
+    all; ``library_channels`` are channels whose every attachment is ingested."""
+
+    token: SecretStr = SecretStr("")
+    api_base_url: str | None = None  # None: Discord's; stand-ins and proxies set another
+    gateway_url: str | None = None
+    guilds: list[str] = []
+    channels: list[str] = []
+    library_channels: list[str] = []
+    reply_in_thread: bool = False
+    command: str = "raptor"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.token.get_secret_value())
+
+
 class Config(_Section):
     """The whole configuration; see ``config.example.yaml`` for every key documented."""
 
@@ -174,6 +219,8 @@ class Config(_Section):
     llm: LLMConfig = LLMConfig()
     bot: BotConfig = BotConfig()
     console: ConsoleConfig = ConsoleConfig()
+    slack: SlackConfig = SlackConfig()
+    discord: DiscordConfig = DiscordConfig()
 
     @model_validator(mode="after")
     def _api_embedder_has_an_endpoint(self) -> Config:
