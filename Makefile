@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
-#   make demo   installs into .venv, then runs the main job on the embedded defaults
+#   make demo   installs into .venv, then opens the console chat on the embedded defaults
 #   make test   installs into .venv, then runs the tests
 # Nothing here needs a network beyond the package registries.
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m bot demo
+	$(PY) -m bot
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,6 +1,9 @@
-"""The command line: ``python -m bot COMMAND --channel C ...`` on the configured engine.
+"""The command line: ``python -m bot [COMMAND --channel C ...]`` on the configured engine.
 
-Commands: ``ingest``, ``rebuild``, ``ask``, ``retrieve``, ``inspect``,
+``chat``, the default when no command is given, opens the console chat: the
+terminal becomes a channel where questions are answered with citations and the
+chat commands (rebuild, status, sources, ...) run. The other commands do one
+thing and exit: ``ingest``, ``rebuild``, ``ask``, ``retrieve``, ``inspect``,
 ``sources``, ``forget`` and ``demo`` (ingest the bundled sample and answer a
 question about it). Errors a person can fix are one line on stderr and exit 1;
 usage errors exit 2.
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot.config import Config, load_config
-from bot.errors import BotError
+from bot.errors import BotError, explain
 from bot.progress import TerminalProgress
 from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
 from raptor_engine.errors import RaptorError
@@ -36,6 +39,7 @@ SAMPLE_DOCUMENT = Path(__file__).parent / "samples" / "aurora-handbook.md"
 SAMPLE_QUESTION = "What happens when the on-call engineer cannot be reached?"
 CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
+CHAT = "chat"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,13 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data-dir", type=Path, help="where the embedded Chroma lives (default ./data)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required: with no command, the console chat opens (see main).
+    commands = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        if name != "demo":
+        if name not in ("demo", CHAT):
             sub.add_argument("--channel", required=True, help="the channel's name")
         return sub
+
+    chat = command(CHAT, "chat in this terminal with the bot (the default command)")
+    chat.add_argument("--channel", help="the console channel's name (default: console.channel of the configuration)")
 
     command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
     command("rebuild", "build the channel's tree from its sources")
@@ -76,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     """Runs one command; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    if args.command is None:
+        args.command, args.channel = CHAT, None
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
@@ -83,7 +93,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
             config = config.model_copy(update={"data_dir": args.data_dir})
         return _run(args, config, stdin, stdout)
     except (RaptorError, BotError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {explain(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -91,6 +101,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
 
 
 def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:
+    if args.command == CHAT:
+        return _chat(config, args.channel, stdin, stdout)
     from bot.composition import build_engine  # imports torch: only once arguments are valid
 
     engine = build_engine(config)
@@ -115,6 +127,20 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
         print(f"Forgot {source.id[:12]} \"{source.title}\" and everything built from it.", file=stdout)
     elif args.command == "demo":
         _demo(engine, channel, stdout)
+    return 0
+
+
+def _chat(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -> int:
+    """The console chat until end of input, ``/quit``, SIGINT or SIGTERM."""
+    # The entry point is the composition root: it alone may know the adapters (imported late,
+    # so the one-shot commands do not load them).
+    from adapters.console.app import run_console
+    from bot.runtime import run_until_signalled
+
+    def write(text: str) -> None:
+        print(text, file=stdout, flush=True)
+
+    asyncio.run(run_until_signalled(run_console(config, stdin, write, channel)))
     return 0
 
 

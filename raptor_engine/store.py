@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -515,32 +516,40 @@ class ChannelStore:
         of nodes deleted from the served tree.
         """
         state = self.live_state()
-        removed_live = 0
+        removed_live: Counter[int] = Counter()
         with _translated("removing a source from the tree"):
             for version in self._tree_versions():
                 removed = self._remove_from_tree(self._tree(version), source_id)
                 if state and version == state.version:
                     removed_live = removed
         if state and removed_live:
-            # Readers key what they derive from the tree (the BM25 index) on the revision.
-            self._write_state(replace(state, revision=state.revision + 1))
-        return removed_live
+            # Readers key what they derive from the tree (the BM25 index) on the revision;
+            # the counts per layer follow what is left, so status tells the truth.
+            left = {layer: count - removed_live[layer] for layer, count in state.nodes_per_layer.items()}
+            self._write_state(replace(state, revision=state.revision + 1,
+                                      nodes_per_layer={k: v for k, v in left.items() if v > 0}))
+        return sum(removed_live.values())
 
-    def _remove_from_tree(self, collection: Any, source_id: str) -> int:
+    def _remove_from_tree(self, collection: Any, source_id: str) -> Counter[int]:
+        """Deletes the nodes covering ``source_id`` from one tree; how many per layer."""
         doomed = collection.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
         doomed_ids = set(doomed["ids"])
         if not doomed_ids:
-            return 0
+            return Counter()
+        layers = Counter(int(m.get("layer", 0)) for m in doomed["metadatas"])
         neighbours: set[str] = set()
         for metadata in doomed["metadatas"]:
             neighbours.update(metadata.get("children") or [])
             neighbours.update(metadata.get("parents") or [])
         collection.delete(ids=list(doomed_ids))
-        affected = collection.get(ids=list(neighbours - doomed_ids), include=["metadatas"])
+        survivors = list(neighbours - doomed_ids)
+        if not survivors:  # Chroma refuses a get by an empty id list
+            return layers
+        affected = collection.get(ids=survivors, include=["metadatas"])
         if affected["ids"]:
             updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
             collection.update(ids=affected["ids"], metadatas=updated)
-        return len(doomed_ids)
+        return layers
 
 
 # -- conversions -------------------------------------------------------------

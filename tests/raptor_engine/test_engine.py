@@ -297,3 +297,16 @@ def test_answers_are_kept_with_votes_and_go_with_their_sources(engine: Engine, c
     assert engine.answers(channel) == []
     with pytest.raises(ChannelError, match="no longer kept"):
         engine.vote(channel, "a1", "bob", up=False)
+
+
+def test_status_counts_follow_a_forget(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    garden = engine.ingest(channel, Document(OTHER_TEXT, "garden")).source
+    build(engine, channel)
+    engine.forget(channel, garden.id)
+    stats = engine.stats(channel)
+    stored = engine.store.channel(channel)
+    actual = {layer: len(stored.list_layer(stats.version, layer, 10**6)) for layer in range(8)}
+    assert stats.nodes_per_layer == {layer: n for layer, n in actual.items() if n}
+    engine.forget(channel, engine.sources(channel)[0].id)  # the last source: every node goes
+    assert engine.stats(channel).nodes_per_layer == {} and engine.sources(channel) == []

@@ -1,0 +1,176 @@
+"""The console channel: a terminal as one chat channel, the simplest adapter of the protocol.
+
+:class:`ConsoleChannel` turns typed lines into neutral events (see
+:mod:`adapters.console.translate`), hands them to the bot's handler, and
+writes the replies through an injected ``write``; tree pictures are saved as
+PNG files and their path printed. :func:`run_console` is the whole session
+behind ``python -m bot``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from adapters.console import translate
+from bot.chat import Attachment, Command, Person, Pin, Reply
+from bot.cli import SAMPLE_DOCUMENT, SAMPLE_QUESTION
+from bot.commands import HELP
+from bot.config import Config
+from bot.runtime import Bot, open_bot
+from raptor_engine.types import ChannelKey
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[str], None]
+"""Prints one message (one or more lines) to the person at the terminal."""
+
+
+class ConsoleChannel:
+    """One terminal channel ``console/<workspace>/<channel>`` of a started :class:`Bot`.
+
+    The person at the terminal manages the channel (it is their terminal), so
+    ``rebuild`` and ``forget`` are theirs to run.
+    """
+
+    def __init__(self, bot: Bot, write: Write, channel: str | None = None) -> None:
+        """``channel`` overrides ``config.console.channel``."""
+        console = bot.config.console
+        self.bot = bot
+        self.key = ChannelKey(translate.PLATFORM, console.workspace, channel or console.channel)
+        self.person = Person(console.user, manages_channel=True)
+        self._write = write
+        self._next_pin = 1
+        self._pictures_dir = console.pictures_dir or bot.config.data_dir / "pictures"
+
+    async def start(self) -> None:
+        """Greets the person. A channel without sources gets the bundled sample (when
+        ``console.sample`` is on) and a question to try; pin ids continue after the
+        highest ``console-pin-<n>`` already stored."""
+        sources = await self.bot.sources(self.key)
+        self._next_pin = 1 + max((translate.pin_number_of(s.external_id) for s in sources), default=0)
+        if sources:
+            self.bot.scheduler.watch(self.key)  # scheduled rebuilds continue after a restart
+            self._write(
+                f"Welcome back to #{self.key.channel}: {len(sources)} source(s). "
+                "Ask a question, or type /help."
+            )
+        elif self.bot.config.console.sample:
+            await self.handle_line(f"/upload {SAMPLE_DOCUMENT}")
+            self._write(
+                f"Welcome to #{self.key.channel}. I added a sample handbook so you can try me at once. Ask, for example:\n"
+                f"  {SAMPLE_QUESTION}\n"
+                "Type /rebuild to build its summaries, /help for everything else."
+            )
+        else:
+            self._write(
+                f"Welcome to #{self.key.channel}. It has no material yet: add a file with /upload PATH "
+                "or a note with /pin TEXT, then ask. Type /help for the commands."
+            )
+
+    async def handle_line(self, line: str) -> bool:
+        """Handles one typed line; False once the person asked to quit."""
+        context = translate.LineContext(self.key, self.person, self._next_pin, self._max_upload_bytes())
+        # In a worker thread: /upload reads a file, which may be large or slow.
+        event = await asyncio.to_thread(translate.parse_line, line, context)
+        if event is None:
+            return True
+        if isinstance(event, translate.Quit):
+            return False
+        if isinstance(event, translate.Notice):
+            self._write(event.text)
+            return True
+        if isinstance(event, Pin):
+            self._next_pin += 1
+        await self.bot.handler.handle(event, self.send)
+        if isinstance(event, Pin):
+            self._write(translate.pinned_notice(event))
+        if isinstance(event, Command) and event.name == HELP and not event.argument:
+            self._write(translate.CONSOLE_HELP)
+        return True
+
+    async def send(self, reply: Reply) -> None:
+        """Writes a reply; its attachments (the tree picture) are saved as files first."""
+        for attachment in reply.attachments:
+            path = await asyncio.to_thread(self._save, attachment)
+            self._write(translate.picture_notice(path))
+        self._write(translate.render_reply(reply))
+
+    async def run(self, stdin: TextIO) -> None:
+        """Handles lines from ``stdin`` until end of input or ``/quit``.
+
+        Lines are read by a daemon thread, so the event loop keeps running (a
+        rebuild's progress is printed while the person types) and a signal can
+        end the session while a read is still waiting.
+        """
+        lines = _read_lines(stdin)
+        while (line := await lines.get()) is not None:
+            if not await self.handle_line(line):
+                return
+
+    def _save(self, attachment: Attachment) -> Path:
+        self._pictures_dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        stem = f"{_safe(self.key.channel)}-{stamp}-{Path(attachment.filename).stem}"
+        suffix = Path(attachment.filename).suffix or ".png"
+        path = self._pictures_dir / f"{stem}{suffix}"
+        number = 2
+        while path.exists():
+            path = self._pictures_dir / f"{stem}-{number}{suffix}"
+            number += 1
+        path.write_bytes(attachment.data)
+        return path.resolve()
+
+    def _max_upload_bytes(self) -> int:
+        return self.bot.engine.settings.max_file_bytes
+
+
+async def run_console(config: Config, stdin: TextIO, write: Write, channel: str | None = None) -> None:
+    """The whole console session: opens and starts the bot, greets, handles lines until
+    end of input or ``/quit`` (or cancellation by a signal), and stops the bot."""
+    write("Starting (loading the embedding model)…")
+    bot = await open_bot(config)
+    await bot.start()
+    try:
+        console = ConsoleChannel(bot, write, channel)
+        await console.start()
+        await console.run(stdin)
+    finally:
+        await bot.stop()
+        write("Bye.")
+
+
+def _read_lines(stdin: TextIO) -> asyncio.Queue[str | None]:
+    """A queue of the lines of ``stdin``, filled by a daemon thread; None marks the end."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def put(line: str | None) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, line)
+            return True
+        except RuntimeError:  # the loop is closed: the session is over
+            return False
+
+    def pump() -> None:
+        try:
+            for line in iter(stdin.readline, ""):
+                if not put(line):
+                    return
+        except (OSError, ValueError) as exc:  # stdin closed under us
+            log.info("stopped reading input: %s", exc)
+        put(None)
+
+    threading.Thread(target=pump, name="console-input", daemon=True).start()
+    return queue
+
+
+def _safe(name: str) -> str:
+    """A channel name usable in a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "channel"

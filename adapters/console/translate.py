@@ -1,0 +1,150 @@
+"""Pure translation for the console: a typed line to a neutral event, a reply to printable text.
+
+A plain line is a question. A line starting with ``/`` is a command:
+``/upload PATH`` (reads the file into an :class:`Upload`), ``/pin TEXT`` (a
+:class:`Pin` under a generated id such as ``console-pin-3``), ``/unpin ID``,
+``/quit``; every other ``/name argument`` is a :class:`Command` for the
+handler (``/ask``, ``/rebuild``, ``/status``, ``/sources``, ``/forget``,
+``/node``, ``/tree``, ``/help``; unknown names get help).
+
+The only input/output here is reading the file named by ``/upload``; the
+caller runs :func:`parse_line` in a worker thread for that reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.chat import CitationView, Command, Event, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
+from bot.commands import HELP, parse_command
+from raptor_engine.types import ChannelKey
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "console"
+PIN_PREFIX = "console-pin-"
+QUIT_WORDS = ("quit", "exit")
+
+CONSOLE_HELP = """\
+In this terminal, also:
+  /upload PATH   add a file (.txt, .md, .pdf, .html, .docx) as a source
+  /pin TEXT      add a short note as a source, as if a message were pinned
+  /unpin ID      remove a pinned note (its console-pin id) or a source (its id)
+  /quit          leave (Ctrl-D works too)
+Anything else you type is a question."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quit:
+    """The person asked to leave."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something to print at once, with nothing sent to the bot (e.g. an unreadable path)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LineContext:
+    """Who types, in which channel; the next pin's number; the upload size limit
+    (a file is read up to one byte past it, so the engine refuses it as too large)."""
+
+    channel: ChannelKey
+    person: Person
+    pin_number: int
+    max_upload_bytes: int
+
+
+def parse_line(line: str, context: LineContext) -> Event | Quit | Notice | None:
+    """The event a typed line stands for; None for a blank line. See the module docstring."""
+    text = line.strip()
+    if not text:
+        return None
+    if not text.startswith("/"):
+        if text.lower() == HELP:  # a lone "help" is not a question anyone means to ask
+            return Command(context.channel, context.person, HELP)
+        return Question(context.channel, context.person, text)
+    name, argument = parse_command(text)
+    if name in QUIT_WORDS:
+        return Quit()
+    if name == "upload":
+        return read_upload(argument, context) if argument else Notice("Usage: /upload PATH")
+    if name == "pin":
+        return pin_event(argument, context) if argument else Notice("Usage: /pin TEXT")
+    if name == "unpin":
+        return Unpin(context.channel, context.person, argument) if argument else Notice("Usage: /unpin ID")
+    return Command(context.channel, context.person, name, argument)
+
+
+def read_upload(path_text: str, context: LineContext) -> Upload | Notice:
+    """The file at ``path_text`` (``~`` expanded, surrounding quotes dropped) as an Upload
+    linked by its ``file://`` URI; a Notice saying why when it cannot be read."""
+    path = Path(path_text.strip().strip("'\"")).expanduser()
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(context.max_upload_bytes + 1)
+    except FileNotFoundError:
+        return Notice(f"! There is no file {path}.")
+    except IsADirectoryError:
+        return Notice(f"! {path} is a folder; give the path of a file.")
+    except PermissionError:
+        return Notice(f"! Permission to read {path} was denied.")
+    except OSError as exc:
+        return Notice(f"! Cannot read {path}: {exc.strerror or exc}.")
+    return Upload(context.channel, context.person, path.name, data, link=path.resolve().as_uri())
+
+
+def pin_event(text: str, context: LineContext) -> Pin:
+    """A note pinned from the console, under the id ``console-pin-<n>``."""
+    external_id = f"{PIN_PREFIX}{context.pin_number}"
+    return Pin(context.channel, context.person, text, external_id, author=context.person.label)
+
+
+def pin_number_of(external_id: str) -> int:
+    """The ``n`` of ``console-pin-<n>``; 0 for any other id."""
+    suffix = external_id.removeprefix(PIN_PREFIX)
+    return int(suffix) if external_id.startswith(PIN_PREFIX) and suffix.isdigit() else 0
+
+
+def pinned_notice(pin: Pin) -> str:
+    return f"(pinned as {pin.external_id}; /unpin {pin.external_id} removes it)"
+
+
+def render_reply(reply: Reply) -> str:
+    """A reply as terminal text: an answer with its numbered sources, progress lines
+    prefixed with ``… ``, errors with ``! `` and their reference."""
+    if reply.kind is ReplyKind.ANSWER:
+        return render_answer(reply)
+    if reply.kind is ReplyKind.PROGRESS:
+        return "\n".join(f"… {line}" for line in reply.text.splitlines() or [""])
+    if reply.kind is ReplyKind.ERROR:
+        text = reply.text
+        if reply.reference and reply.reference not in text:
+            text += f" (reference {reply.reference})"
+        return f"! {text}"
+    return reply.text
+
+
+def render_answer(reply: Reply) -> str:
+    lines = [reply.text]
+    if reply.warning:
+        lines.append(f"⚠ {reply.warning}")
+    if reply.citations:
+        lines.append("")
+        lines += [render_citation(citation) for citation in reply.citations]
+    return "\n".join(lines)
+
+
+def render_citation(citation: CitationView) -> str:
+    """``[1] summary (layer 2) · Title — “quote…” link (node ID)``; excerpts without a layer."""
+    kind = f"summary (layer {citation.layer})" if citation.layer else "excerpt"
+    link = f" {citation.link}" if citation.link else ""
+    return f"[{citation.number}] {kind} · {citation.title} — “{citation.quote}”{link} (node {citation.node_id})"
+
+
+def picture_notice(path: Path) -> str:
+    return f"Tree picture saved to {path}"

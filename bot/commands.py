@@ -1,0 +1,80 @@
+"""The chat commands, the same on every platform: their names, one-line help, parsing, permissions.
+
+A command arrives as text (``"/rebuild"``, ``"rebuild"``, ``"forget 3f9a1c2b7d"``;
+Slack's ``/raptor rebuild`` gives the adapter ``"rebuild"``) and is parsed into a
+name and an argument by :func:`parse_command`. The handler
+(:mod:`bot.handler`) runs them; :func:`may_manage` says who may run the
+commands marked ``admin_only``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bot.chat import Person
+from bot.config import BotConfig
+from raptor_engine.types import ChannelKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One command: its ``name``, how to call it (``usage``), what it does in one line,
+    and whether only the channel's admins may run it."""
+
+    name: str
+    usage: str
+    help: str
+    admin_only: bool = False
+
+
+ASK = "ask"
+REBUILD = "rebuild"
+STATUS = "status"
+SOURCES = "sources"
+FORGET = "forget"
+NODE = "node"
+TREE = "tree"
+HELP = "help"
+
+COMMANDS: dict[str, CommandSpec] = {
+    spec.name: spec
+    for spec in (
+        CommandSpec(ASK, "ask QUESTION", "answer a question from this channel's material, citing its sources"),
+        CommandSpec(REBUILD, "rebuild", "rebuild this channel's tree of summaries now", admin_only=True),
+        CommandSpec(STATUS, "status", "the tree's size, when it was built, and the next scheduled rebuild"),
+        CommandSpec(SOURCES, "sources", "list the files and pinned messages this channel answers from"),
+        CommandSpec(FORGET, "forget SOURCE", "remove a source (its id or a prefix of it) and all built from it",
+                    admin_only=True),
+        CommandSpec(NODE, "node ID", "show a cited excerpt or summary with its children and parents"),
+        CommandSpec(TREE, "tree", "a picture and an outline of this channel's tree"),
+        CommandSpec(HELP, "help", "this list"),
+    )
+}
+"""Every command, in the order help lists them."""
+
+
+def parse_command(text: str) -> tuple[str, str]:
+    """Splits ``"/name argument..."`` or ``"name argument..."`` into the lower-cased name
+    and the stripped rest. Blank text (or a lone ``/``) is ``("help", "")``.
+
+    The name is returned even when it is not in :data:`COMMANDS`: the handler
+    answers an unknown name with help that names it.
+    """
+    stripped = text.strip().removeprefix("/")
+    name, _, argument = stripped.partition(" ")
+    if not name.strip():
+        return HELP, ""
+    return name.strip().lower(), argument.strip()
+
+
+def may_manage(person: Person, key: ChannelKey, config: BotConfig) -> bool:
+    """True when ``person`` may run admin-only commands in the channel ``key``: the
+    platform says they manage the channel, or their id is listed in ``bot.admins``
+    or in ``bot.channels["platform/workspace/channel"].admins``."""
+    if person.manages_channel or person.id in config.admins:
+        return True
+    channel = config.channels.get(str(key))
+    return channel is not None and person.id in channel.admins

@@ -1,0 +1,105 @@
+"""Uploads and pins become sources: the translation of :class:`Upload` and :class:`Pin`
+into engine calls and :class:`Document` values.
+
+The functions that call the engine are blocking (they embed): the handler runs
+them in a worker thread. A pinned thread (a pin with replies) becomes ONE
+source of kind ``THREAD``: the root and its replies joined as one text, so its
+excerpts keep the conversation's order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from bot.chat import Pin, Upload
+from bot.errors import BotError
+from raptor_engine.types import ChannelKey, Document, Source, SourceKind
+
+if TYPE_CHECKING:
+    from raptor_engine.engine import Engine, IngestResult
+
+log = logging.getLogger(__name__)
+
+TITLE_WORDS = 8  # a pin's title is its first words...
+TITLE_CHARS = 60  # ...cut to at most this many characters
+MIN_ID_PREFIX = 6  # as Engine.find_source: shorter prefixes match too much
+
+
+def ingest_upload(engine: Engine, upload: Upload) -> IngestResult:
+    """Loads the uploaded file and stores it as a source of its channel (blocking).
+
+    Raises ``DocumentRejected`` (with the reason, for the person) when the file
+    cannot be used; nothing is stored then.
+    """
+    return engine.ingest_bytes(
+        upload.channel, upload.data, upload.filename, upload.link, upload.person.label, upload.external_id
+    )
+
+
+def ingest_pin(engine: Engine, pin: Pin) -> IngestResult:
+    """Stores a pinned message or thread as a source of its channel (blocking).
+    Raises ``BotError`` when the pin holds no text at all."""
+    return engine.ingest(pin.channel, pin_document(pin))
+
+
+def pin_document(pin: Pin) -> Document:
+    """The document a pin becomes: a MESSAGE, or a THREAD (root and replies as one text)
+    when it has replies. ``added_at`` is left empty for the engine to stamp."""
+    text = thread_text(pin.text, pin.replies)
+    if not text.strip():
+        raise BotError("That pinned message has no text, so there is nothing to add.")
+    kind = SourceKind.THREAD if pin.replies else SourceKind.MESSAGE
+    return Document(
+        text=text,
+        title=pin_title(pin.text or text, pin.author, kind),
+        kind=kind,
+        link=pin.link,
+        added_by=pin.person.label,
+        added_at="",
+        external_id=pin.external_id,
+    )
+
+
+def thread_text(root: str, replies: Sequence[str]) -> str:
+    """The root message and its replies, in order, one paragraph each (blank ones dropped)."""
+    return "\n\n".join(part.strip() for part in (root, *replies) if part.strip())
+
+
+def pin_title(text: str, author: str = "", kind: SourceKind = SourceKind.MESSAGE) -> str:
+    """A title from the first words of the text, with the author when known:
+    ``Ana: Deploys are frozen on Fridays until the…`` or ``Thread by Ana: …``."""
+    words = " ".join(text.split()[:TITLE_WORDS])
+    shortened = len(text.split()) > TITLE_WORDS or len(words) > TITLE_CHARS
+    if len(words) > TITLE_CHARS:
+        words = words[:TITLE_CHARS].rsplit(" ", 1)[0] or words[:TITLE_CHARS]
+    words += "…" if shortened else ""
+    if kind is SourceKind.THREAD:
+        return f"Thread by {author}: {words}" if author else f"Thread: {words}"
+    return f"{author}: {words}" if author else words
+
+
+def pinned_sources(engine: Engine, key: ChannelKey, reference: str) -> list[Source]:
+    """The sources an unpin refers to (blocking); see :func:`match_pinned`."""
+    return match_pinned(engine.sources(key), reference)
+
+
+def match_pinned(sources: Sequence[Source], reference: str) -> list[Source]:
+    """Every source whose external id equals ``reference`` (one message pinned, edited and
+    pinned again is several sources of the same message); failing that, the one source
+    whose id starts with it (the console unpins by source id). Empty when nothing, or
+    several sources by id prefix, match. Pure."""
+    reference = reference.strip()
+    if not reference:
+        return []
+    matches = [s for s in sources if s.external_id == reference]
+    if matches:
+        return matches
+    if len(reference) >= MIN_ID_PREFIX:
+        by_id = [s for s in sources if s.id.startswith(reference.lower())]
+        if len(by_id) == 1:
+            return by_id
+        if by_id:
+            log.info("unpin %r matches %d sources by id prefix; none removed", reference, len(by_id))
+    return []

@@ -1,0 +1,282 @@
+"""What the bot says, as pure functions: engine results in, neutral replies and short texts out.
+
+Nothing here calls the engine or a platform; every function is a value
+transformation, so every message a person can see is written (and tested) in
+one place. Texts are plain: adapters may add their platform's formatting.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.commands import COMMANDS
+from bot.errors import explain
+from raptor_engine.answering import quote
+from raptor_engine.errors import DocumentRejected
+from raptor_engine.types import Answer, Citation, Node, NodeView, Source, TreeStats
+
+if TYPE_CHECKING:
+    from bot.scheduler import ScheduleStatus
+    from raptor_engine.engine import IngestResult
+
+log = logging.getLogger(__name__)
+
+SHORT_ID = 10  # characters of a source id shown to people; enough to forget it by
+NO_MATERIAL = (
+    "This channel has no material yet: upload a file or pin a message, then ask again."
+)
+REBUILD_STARTED = (
+    "Rebuild started. Questions are still answered from the current tree meanwhile; I'll say when it is done."
+)
+EMPTY_QUESTION = "Ask me a question about this channel's material, or type help for the commands."
+
+
+# -- answers -----------------------------------------------------------------
+
+
+def citation_view(citation: Citation) -> CitationView:
+    """The neutral view of one citation: an excerpt (a leaf) or a summary (layer 1 and up)."""
+    kind = CitationKind.EXCERPT if citation.layer == 0 else CitationKind.SUMMARY
+    return CitationView(
+        number=citation.number,
+        kind=kind,
+        layer=citation.layer,
+        node_id=citation.node_id,
+        title=citation.title,
+        link=citation.link,
+        quote=citation.quote,
+    )
+
+
+def answer_reply(answer: Answer, thread: str = "", answer_id: str = "") -> Reply:
+    """The answer with its numbered citations, in the question's thread; the answer's warning is kept."""
+    return Reply(
+        ReplyKind.ANSWER,
+        answer.text,
+        citations=tuple(citation_view(c) for c in answer.citations),
+        warning=answer.warning,
+        thread=thread,
+        answer_id=answer_id,
+    )
+
+
+# -- status ------------------------------------------------------------------
+
+
+def status_text(stats: TreeStats, schedule: ScheduleStatus) -> str:
+    """The channel's state in a few lines: sources, tree version and when it was built,
+    nodes per layer, whether changes wait for a rebuild, and the rebuild schedule."""
+    sources = _count(stats.sources, "source")
+    if stats.version == 0:
+        lines = [f"No tree built yet; {sources} in this channel."]
+        if stats.sources:
+            lines.append("Their excerpts can be asked about already; a rebuild adds the summaries.")
+    else:
+        lines = [
+            f"{sources} in this channel; tree v{stats.version} built {when(stats.built_at)}.",
+            "Nodes: " + layers_text(stats.nodes_per_layer) + ".",
+        ]
+        if stats.pending_sources:
+            lines.append(
+                f"{_count(stats.pending_sources, 'source')} added or removed since; "
+                "the next rebuild brings the summaries up to date."
+            )
+        else:
+            lines.append("Up to date with its sources.")
+    lines.append(_schedule_line(schedule))
+    return "\n".join(lines)
+
+
+def layers_text(nodes_per_layer: dict[int, int]) -> str:
+    """``15 excerpts (layer 0), 3 summaries (layer 1), 1 summary (layer 2)``."""
+    parts = []
+    for layer, count in sorted(nodes_per_layer.items()):
+        noun = _count(count, "excerpt") if layer == 0 else _count(count, "summary", "summaries")
+        parts.append(f"{noun} (layer {layer})")
+    return ", ".join(parts) or "none"
+
+
+def _schedule_line(schedule: ScheduleStatus) -> str:
+    if schedule.running:
+        return "A rebuild is running now" + (", and another is queued." if schedule.queued else ".")
+    if schedule.queued:
+        return "A rebuild is queued."
+    if schedule.next_run is None:
+        return "No rebuild is scheduled."
+    return f"Next scheduled rebuild (if anything changed): {when(schedule.next_run)}."
+
+
+# -- sources and nodes -------------------------------------------------------
+
+
+def sources_text(sources: Sequence[Source]) -> str:
+    """One line per source: short id, title, kind, who added it and when, size."""
+    if not sources:
+        return "No sources yet: upload a file or pin a message to add one."
+    lines = [f"{_count(len(sources), 'source')}:"]
+    for source in sources:
+        by = f" by {source.added_by}" if source.added_by else ""
+        on = f" on {when(source.added_at)}" if source.added_at else ""
+        lines.append(
+            f"{source.id[:SHORT_ID]}  “{source.title}” · {source.kind.value} · "
+            f"added{by}{on} · {source.chars:,} characters"
+        )
+    return "\n".join(lines)
+
+
+def node_text(view: NodeView) -> str:
+    """A node's full text, where it comes from, then its parents and children one line
+    each, so a cited summary can be opened down to its excerpts."""
+    node = view.node
+    lines = [f"{_node_kind(node)} {node.id} · {node.tokens} tokens · from “{node.title}”"]
+    if node.link:
+        lines.append(f"Link: {node.link}")
+    lines += ["", node.text]
+    for label, nodes in (("Summarised in", view.parents), ("Summarises", view.children)):
+        if nodes:
+            lines += ["", f"{label} ({len(nodes)}):"]
+            lines += [f"  {n.id} · {_node_kind(n).lower()} · {quote(n.text, 100)}" for n in nodes]
+    if view.children or view.parents:
+        lines += ["", "Open any of them with: node ID"]
+    return "\n".join(lines)
+
+
+def _node_kind(node: Node) -> str:
+    return "Excerpt" if node.layer == 0 else f"Summary (layer {node.layer})"
+
+
+# -- sources added and removed -------------------------------------------------
+
+
+def added_text(result: IngestResult) -> str:
+    """What an upload or a pin did: a new source, or one that was already there."""
+    title = result.source.title
+    if result.duplicate:
+        return f"“{title}” is already in this channel; nothing new was added."
+    return (
+        f"Added “{title}” ({_count(result.leaves, 'excerpt')}). "
+        "You can ask about it now; its summaries come with the next rebuild."
+    )
+
+
+def forgot_text(source: Source) -> str:
+    return f"Forgot “{source.title}” ({source.id[:SHORT_ID]}) and everything built from it."
+
+
+def unpinned_text(sources: Sequence[Source], removes: bool) -> str:
+    """The reply to an unpin: the sources removed, kept (when unpins do not remove), or none matched."""
+    if not sources:
+        return "That message was not one of this channel's sources, so there was nothing to remove."
+    titles = ", ".join(f"“{s.title}”" for s in sources)
+    if removes:
+        return f"Removed {titles} and everything built from it, since it was unpinned."
+    return (
+        f"{titles} stays a source of this channel (unpinning does not remove sources here); "
+        f"to remove it, use forget {sources[0].id[:SHORT_ID]}."
+    )
+
+
+def rejected_text(error: DocumentRejected) -> str:
+    """Why a file was not added, for the person who sent it."""
+    return f"I could not add “{error.filename}”: {error.detail}. Nothing was stored."
+
+
+# -- commands, limits, errors --------------------------------------------------
+
+
+def vote_text(up: bool, ups: int, downs: int) -> str:
+    """Thanks for a vote, with the answer's tally."""
+    return f"Thanks, your {'👍' if up else '👎'} is recorded (this answer: {ups} 👍, {downs} 👎)."
+
+
+def help_text(unknown: str = "") -> str:
+    """The commands, one line each; with ``unknown``, a first sentence naming the word not understood."""
+    lines = []
+    if unknown:
+        lines.append(f"I don't know the command “{unknown}”. These are the ones I know:")
+    else:
+        lines.append("Ask me anything about the files and pinned messages of this channel. Commands:")
+    width = max(len(spec.usage) for spec in COMMANDS.values())
+    for spec in COMMANDS.values():
+        note = " (channel admins only)" if spec.admin_only else ""
+        lines.append(f"  {spec.usage.ljust(width)}  {spec.help}{note}")
+    return "\n".join(lines)
+
+
+def usage_text(name: str) -> str:
+    """The reply to a command missing its argument."""
+    spec = COMMANDS[name]
+    return f"Usage: {spec.usage} ({spec.help})."
+
+
+def refusal_text(name: str) -> str:
+    """The reply to an admin-only command from someone who is not an admin here."""
+    what = {"rebuild": "rebuild this channel's tree", "forget": "forget a source"}.get(name, f"run {name}")
+    return f"Only this channel's admins can {what}. Ask one of them, or a channel manager."
+
+
+def question_limit_text(limit: int, wait_s: float) -> str:
+    return (
+        f"You have asked {_count(limit, 'question')} in the last minute, the most allowed; "
+        f"please ask again {in_time(wait_s)}."
+    )
+
+
+def rebuild_limit_text(limit: int, wait_s: float) -> str:
+    return (
+        f"This channel has asked for {_count(limit, 'rebuild')} in the last hour, the most allowed; "
+        f"you can ask again {in_time(wait_s)}."
+    )
+
+
+def error_text(error: Exception) -> str:
+    """A known error's message as a sentence (they are written for people already;
+    :func:`bot.errors.explain` adds the configuration key to change where one applies)."""
+    if isinstance(error, DocumentRejected):
+        return rejected_text(error)
+    message = explain(error).strip() or type(error).__name__
+    return message[0].upper() + message[1:]
+
+
+def unexpected_text(reference: str) -> str:
+    return (
+        "Something went wrong on my side and I could not finish that. "
+        f"Please try again; if it keeps happening, tell the bot's operator (reference {reference})."
+    )
+
+
+# -- small formatting helpers ----------------------------------------------------
+
+
+def in_time(seconds: float) -> str:
+    """``in 42 seconds``, ``in 3 minutes``, ``in 2 hours`` (rounded up: never too early)."""
+    seconds = max(1, math.ceil(seconds))
+    if seconds < 90:
+        return f"in {_count(seconds, 'second')}"
+    minutes = math.ceil(seconds / 60)
+    if minutes < 90:
+        return f"in {_count(minutes, 'minute')}"
+    return f"in {_count(math.ceil(minutes / 60), 'hour')}"
+
+
+def when(moment: str | datetime) -> str:
+    """An ISO-8601 string or a datetime as ``2024-05-01 14:03 UTC``; an unparsable string as is."""
+    if isinstance(moment, str):
+        if not moment:
+            return "at an unknown time"
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _count(n: int, noun: str, plural: str = "") -> str:
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"

@@ -1,0 +1,307 @@
+"""The chat handler with real components: the engine on embedded Chroma, the real scheduler.
+
+Each test runs its own event loop (``asyncio.run``). Sources are short pins,
+so every rebuild here takes a moment only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from bot import replies
+from bot.chat import Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
+from bot.commands import may_manage, parse_command
+from bot.config import BotConfig, ChannelConfig, Config, RateLimitConfig
+from bot.handler import ChatHandler, retrieval_query
+from bot.ingestion import pin_title
+from bot.scheduler import RebuildScheduler, ScheduleStatus
+from raptor_engine.engine import Engine
+from raptor_engine.types import ChannelKey, SourceKind, TreeStats
+
+GUEST = Person("U-guest", "Guest")
+ADMIN = Person("U-admin", "Admin")  # listed in bot.admins
+CHANNEL_ADMIN = Person("U-chan", "Chan")  # listed in bot.channels[key].admins
+MANAGER = Person("U-manager", "Manager", manages_channel=True)
+
+NOTE = "Deploys are frozen on Fridays after noon, so that nobody is paged over the weekend."
+OTHER_NOTE = "The staging database is refreshed from production every Sunday night."
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Session:
+    """A started handler on the test's engine, and every reply it sent."""
+
+    handler: ChatHandler
+    scheduler: RebuildScheduler
+    key: ChannelKey
+    sent: list[Reply]
+
+    async def send(self, reply: Reply) -> None:
+        self.sent.append(reply)
+
+    async def do(self, event: object) -> Reply:
+        """Handles ``event`` and returns its (last) reply."""
+        before = len(self.sent)
+        await self.handler.handle(event, self.send)  # type: ignore[arg-type]
+        assert len(self.sent) > before, "the handler replied nothing"
+        return self.sent[-1]
+
+    def command(self, person: Person, name: str, argument: str = "") -> Command:
+        return Command(self.key, person, name, argument)
+
+    def pin(self, text: str, external_id: str, replies_: tuple[str, ...] = ()) -> Pin:
+        return Pin(self.key, GUEST, text, external_id, link=f"https://chat/{external_id}", author="Ana", replies=replies_)
+
+
+def make_config(tmp_path: Path, key: ChannelKey, **bot: object) -> Config:
+    settings: dict[str, object] = {
+        "admins": [ADMIN.id],
+        "channels": {str(key): ChannelConfig(admins=[CHANNEL_ADMIN.id])},
+        **bot,
+    }
+    return Config(data_dir=tmp_path, bot=BotConfig(**settings))  # type: ignore[arg-type]
+
+
+def run(
+    engine: Engine, config: Config, key: ChannelKey, body: Callable[[Session], Awaitable[None]], clock: Clock | None = None
+) -> None:
+    async def session() -> None:
+        scheduler = RebuildScheduler(engine, config.bot)
+        await scheduler.start()
+        handler = ChatHandler(engine, config, scheduler, clock=clock or Clock())
+        try:
+            await body(Session(handler, scheduler, key, []))
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(session())
+
+
+def test_only_admins_rebuild_and_forget(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        added = await s.do(s.pin(NOTE, "m1"))
+        assert added.kind is ReplyKind.INFO and added.text.startswith("Added “Ana: Deploys are frozen")
+        await s.do(s.pin(OTHER_NOTE, "m2"))
+
+        refused = await s.do(s.command(GUEST, "rebuild"))
+        assert refused.kind is ReplyKind.ERROR and refused.text.startswith("Only this channel's admins can rebuild")
+        refused = await s.do(s.command(GUEST, "forget", "m1"))
+        assert refused.kind is ReplyKind.ERROR and "Only this channel's admins can forget" in refused.text
+        assert len(engine.sources(channel)) == 2
+
+        started = await s.do(s.command(ADMIN, "/rebuild"))
+        assert started.text == replies.REBUILD_STARTED
+        await s.scheduler.wait_idle(channel)
+        assert s.sent[-1].text.startswith("Rebuilt: tree v1 from 2 sources")
+
+        forgot = await s.do(s.command(CHANNEL_ADMIN, "forget", "m1"))
+        assert forgot.kind is ReplyKind.INFO and forgot.text.startswith("Forgot “Ana: Deploys are frozen")
+        forgot = await s.do(s.command(MANAGER, "forget", "nosuchsource"))
+        assert forgot.kind is ReplyKind.ERROR and "No source 'nosuchsource'" in forgot.text
+        assert [source.external_id for source in engine.sources(channel)] == ["m2"]
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_may_manage_and_parse_command(channel: ChannelKey) -> None:
+    config = BotConfig(admins=["A"], channels={str(channel): ChannelConfig(admins=["C"])})
+    assert may_manage(Person("A"), channel, config) and may_manage(Person("C"), channel, config)
+    assert may_manage(Person("X", manages_channel=True), channel, config)
+    assert not may_manage(Person("X"), channel, config)
+    assert not may_manage(Person("C"), ChannelKey("test", "workspace", "elsewhere"), config)
+    assert parse_command("/Rebuild") == ("rebuild", "")
+    assert parse_command("forget  3f9a1c2b7d ") == ("forget", "3f9a1c2b7d")
+    assert parse_command(" / ") == ("help", "")
+
+
+def test_question_rate_limit_says_when_to_retry(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    clock = Clock()
+    limits = RateLimitConfig(questions_per_user_per_minute=2, rebuilds_per_channel_per_hour=1)
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        for _ in range(2):
+            answer = await s.do(Question(channel, GUEST, "When are deploys frozen?", thread="t1"))
+            assert answer.kind is ReplyKind.ANSWER and answer.citations and answer.thread == "t1"
+            assert len(answer.answer_id) == 12
+        clock.now += 20
+        limited = await s.do(Question(channel, GUEST, "When are deploys frozen?"))
+        assert limited.kind is ReplyKind.INFO and limited.private
+        assert "2 questions in the last minute" in limited.text and "in 40 seconds" in limited.text
+        other = await s.do(Question(channel, ADMIN, "When are deploys frozen?"))  # per person
+        assert other.kind is ReplyKind.ANSWER
+        clock.now += 41
+        assert (await s.do(Question(channel, GUEST, "When are deploys frozen?"))).kind is ReplyKind.ANSWER
+
+        assert (await s.do(s.command(ADMIN, "rebuild"))).text == replies.REBUILD_STARTED
+        await s.scheduler.wait_idle(channel)
+        limited = await s.do(s.command(ADMIN, "rebuild"))
+        assert "1 rebuild in the last hour" in limited.text and "in 60 minutes" in limited.text
+        clock.now += 3601
+        assert (await s.do(s.command(ADMIN, "rebuild"))).text == replies.REBUILD_STARTED
+        await s.scheduler.wait_idle(channel)
+
+    config = make_config(tmp_path, channel, rate_limits=limits)
+    run(engine, config, channel, body, clock)
+
+
+def test_pinned_thread_is_one_source_and_unpin_removes_it(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    async def body(s: Session) -> None:
+        thread = s.pin("Which port does the ledger service use?", "t-1", ("It listens on 7443.", "Only inside the VPN."))
+        added = await s.do(thread)
+        assert added.text.startswith("Added “Thread by Ana: Which port does the ledger service use?” (")
+        (source,) = engine.sources(channel)
+        assert source.kind is SourceKind.THREAD and source.external_id == "t-1" and source.link == "https://chat/t-1"
+        assert source.added_by == "Guest"
+        again = await s.do(thread)
+        assert "is already in this channel" in again.text
+        answer = await s.do(Question(channel, GUEST, "Which port does the ledger listen on?"))
+        cited = answer.citations[0]  # the thread's one excerpt: root and replies together
+        assert cited.title.startswith("Thread by Ana") and "It listens on 7443. Only inside the VPN." in cited.quote
+
+        removed = await s.do(Unpin(channel, GUEST, "t-1"))
+        assert removed.kind is ReplyKind.INFO and removed.text.startswith("Removed “Thread by Ana")
+        assert engine.sources(channel) == []
+        none = await s.do(Unpin(channel, GUEST, "t-1"))
+        assert none.kind is ReplyKind.INFO and "nothing to remove" in none.text
+
+        empty = await s.do(s.pin("   ", "t-2"))
+        assert empty.kind is ReplyKind.ERROR and "no text" in empty.text
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_unpin_keeps_the_source_when_configured(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        kept = await s.do(Unpin(channel, GUEST, "m1"))
+        assert kept.kind is ReplyKind.INFO and "stays a source" in kept.text and "forget " in kept.text
+        assert [source.external_id for source in engine.sources(channel)] == ["m1"]
+
+    run(engine, make_config(tmp_path, channel, unpin_removes_source=False), channel, body)
+
+
+def test_rejected_upload_keeps_everything_else(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        refused = await s.do(Upload(channel, GUEST, "scan.txt", b"\x00\x01\x02\x03" * 500))
+        assert refused.kind is ReplyKind.ERROR and refused.text.startswith("I could not add “scan.txt”:")
+        assert not refused.reference  # a known refusal, not a failure of ours
+        added = await s.do(Upload(channel, GUEST, "notes.md", b"# Release notes\n\nVersion 2 ships on Monday.\n"))
+        assert added.text.startswith("Added “Release notes” (1 excerpt)")
+        assert len(engine.sources(channel)) == 2
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+@dataclass(frozen=True)
+class Reaction:
+    """An event type the handler has never heard of."""
+
+    channel: ChannelKey
+    emoji: str
+
+
+def test_unexpected_failure_is_an_error_reply_with_a_logged_reference(
+    engine: Engine, channel: ChannelKey, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(s: Session) -> None:
+        with caplog.at_level(logging.ERROR, logger="bot.handler"):
+            reply = await s.do(Reaction(channel, "tada"))
+        assert reply.kind is ReplyKind.ERROR and len(reply.reference) == 8
+        assert reply.text.startswith("Something went wrong") and f"(reference {reply.reference})" in reply.text
+        (record,) = [r for r in caplog.records if reply.reference in r.getMessage()]
+        assert record.levelno == logging.ERROR and record.exc_info is not None
+
+        unknown = await s.do(s.command(GUEST, "frobnicate"))
+        assert unknown.kind is ReplyKind.INFO and unknown.text.startswith("I don't know the command “frobnicate”")
+        assert "rebuild" in unknown.text and "node ID" in unknown.text
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_status_text(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        status = (await s.do(s.command(GUEST, "status"))).text
+        assert status.startswith("No tree built yet; 1 source in this channel.")
+        assert "Next scheduled rebuild (if anything changed): " in status
+        await s.do(s.command(MANAGER, "rebuild"))
+        await s.scheduler.wait_idle(channel)
+        await s.do(s.pin(OTHER_NOTE, "m2"))
+        status = (await s.do(s.command(GUEST, "status"))).text
+        assert status.startswith("2 sources in this channel; tree v1 built ")
+        assert "Nodes: 1 excerpt (layer 0)." in status
+        assert "1 source added or removed since; the next rebuild brings the summaries up to date." in status
+        listed = (await s.do(s.command(GUEST, "sources"))).text
+        assert listed.startswith("2 sources:") and "“Ana: Deploys are frozen on Fridays after noon, so…” · message · added by Guest on " in listed
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+    stats = TreeStats(channel, 3, "2024-05-01T14:03:00+00:00", 2, {0: 15, 1: 3, 2: 1}, 0)
+    running = ScheduleStatus(running=True, queued=True, next_run=None)
+    text = replies.status_text(stats, running)
+    assert text.splitlines() == [
+        "2 sources in this channel; tree v3 built 2024-05-01 14:03 UTC.",
+        "Nodes: 15 excerpts (layer 0), 3 summaries (layer 1), 1 summary (layer 2).",
+        "Up to date with its sources.",
+        "A rebuild is running now, and another is queued.",
+    ]
+    later = ScheduleStatus(False, False, datetime(2024, 5, 1, 15, 0, tzinfo=timezone.utc))
+    assert replies.status_text(stats, later).endswith("Next scheduled rebuild (if anything changed): 2024-05-01 15:00 UTC.")
+
+
+def test_follow_up_questions_carry_their_thread() -> None:
+    key = ChannelKey("test", "workspace", "c")
+    plain = Question(key, GUEST, "  Who approves it? ")
+    assert retrieval_query(plain) == "Who approves it?"
+    followup = Question(key, GUEST, "Who approves it?", thread="t", context=("hi", "How do we roll back?", "Use the button."))
+    assert retrieval_query(followup) == "How do we roll back?\nUse the button.\nWho approves it?"
+    assert pin_title("word " * 20, "Ana").startswith("Ana: word word") and pin_title("Hi", "") == "Hi"
+
+
+def test_forget_the_only_source_of_a_built_tree(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        await s.do(s.command(MANAGER, "rebuild"))
+        await s.scheduler.wait_idle(channel)
+        forgot = await s.do(s.command(MANAGER, "forget", "m1"))
+        assert forgot.kind is ReplyKind.INFO, forgot.text
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_votes_are_stored_with_the_question_and_answer(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m-1"))
+        answer = await s.do(Question(channel, GUEST, "When are deploys frozen?"))
+        assert answer.kind is ReplyKind.ANSWER and len(answer.answer_id) == 12
+        thanks = await s.do(Vote(channel, MANAGER, answer.answer_id, up=True))
+        assert thanks.private and "1 👍, 0 👎" in thanks.text
+        await s.do(Vote(channel, GUEST, answer.answer_id, up=False))
+        (kept,) = engine.answers(channel)
+        assert kept.question == "When are deploys frozen?" and kept.text == answer.text
+        assert kept.votes == {MANAGER.id: 1, GUEST.id: -1}
+        stale = await s.do(Vote(channel, GUEST, "000000000000", up=True))
+        assert stale.kind is ReplyKind.ERROR and "no longer kept" in stale.text
+
+    run(engine, make_config(tmp_path, channel), channel, body)
