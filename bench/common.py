@@ -254,10 +254,12 @@ class TimedEmbedder:
 
 
 def warm_up_clustering() -> float:
-    """Pays UMAP's one-time import and numba compilation now; returns the seconds it took."""
-    from raptor_engine import clustering
+    """Starts the clustering worker process and pays UMAP's import and numba compilation in
+    it (and in this process, for benchmarks that cluster here) now; returns the seconds it took."""
+    from raptor_engine import cluster_worker, clustering
 
     with Stopwatch() as watch:
+        cluster_worker.warm_up()
         clustering.warm_up()
     return watch.seconds
 
@@ -282,6 +284,21 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 def peak_rss_mib() -> float:
     """The process's resident-set high-water mark in MiB (``ru_maxrss`` is KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def children_peak_rss_mib() -> float:
+    """The summed resident-set high-water marks of this process's live children (the
+    clustering worker), read from ``/proc`` (Linux); 0 where that is not available."""
+    total = 0.0
+    me = str(os.getpid())
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == me and "VmHWM" in fields:
+            total += int(fields["VmHWM"].split()[0]) / 1024.0
+    return total
 
 
 def machine_info() -> dict[str, Any]:

@@ -114,9 +114,10 @@ def _current_task_cancelling() -> bool:
 
 
 def _warm_up_clustering() -> None:
-    """Runs ``raptor_engine.clustering.warm_up``; a failure only costs the first rebuild time."""
+    """Starts the clustering worker process and compiles UMAP in it; a failure only costs
+    the first rebuild time."""
     try:
-        from raptor_engine.clustering import warm_up
+        from raptor_engine.cluster_worker import warm_up
 
         warm_up()
         log.info("UMAP is compiled and ready")

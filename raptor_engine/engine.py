@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine.background import ForegroundGate, run_in_background
 from raptor_engine.chunking import chunk_text
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
@@ -112,6 +113,8 @@ class Engine:
         self._channels: dict[ChannelKey, ChannelStore] = {}
         self._lexicons: OrderedDict[tuple[ChannelKey, int, int], LexicalIndex] = OrderedDict()
         self._lexicons_lock = threading.Lock()
+        # Questions run in the foreground: rebuilds step aside between their steps while one runs.
+        self._gate = ForegroundGate()
         self._leaf_profile = profile_digest(embedder.model_id, f"chunk{settings.chunk_tokens}")
         self._summary_profile = profile_digest(embedder.model_id)
 
@@ -227,7 +230,14 @@ class Engine:
         clusters whose members are unchanged come from the cache. If anything
         fails, the previous tree keeps being served and ``BuildError`` says why.
         Raises ``NothingToBuild`` for a channel without sources.
+
+        The build runs on a thread of its own at a lower CPU priority (see
+        ``background.py``), so questions answered meanwhile keep their speed;
+        ``progress`` is called from that thread's threads.
         """
+        return await run_in_background(self._rebuild(key, progress), name=f"rebuild {key}")
+
+    async def _rebuild(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
         channel = self._channel(key)
         sources = channel.list_sources()
         if not sources:
@@ -240,7 +250,7 @@ class Engine:
                 groups, embedded = await self._leaves(channel, sources, stages)
                 builder = TreeBuilder(
                     self._embedder, self._summarizer, self._counter, self.settings.clustering,
-                    self.settings.max_concurrency, progress, meter,
+                    self.settings.max_concurrency, progress, meter, self._gate,
                 )
                 built = await builder.build(groups, _SummaryCacheView(channel, self._summary_profile))
                 stages.update(built.stage_seconds)
@@ -291,6 +301,7 @@ class Engine:
         # whenever and in whatever order they were added (clustering is order-sensitive).
         for source in sorted(sources, key=lambda s: s.id):
             if source.id not in cached:
+                await self._gate.step_aside()
                 text = await asyncio.to_thread(channel.source_text, source.id)
                 chunks, vectors = await asyncio.to_thread(self._chunk_and_embed, source.id, text, stages)
                 await asyncio.to_thread(channel.put_leaves, self._leaf_profile, chunks, vectors)
@@ -391,6 +402,10 @@ class Engine:
 
     def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> list[Hit]:
         """The nodes that best answer ``question``, best first, within the token budget."""
+        with self._gate.foreground():
+            return self._retrieve(key, question, settings)
+
+    def _retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> list[Hit]:
         settings = settings or self.settings.retrieval
         channel = self._channel(key)
         state = channel.live_state()
@@ -422,8 +437,9 @@ class Engine:
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used."""
-        hits = await asyncio.to_thread(self.retrieve, key, question, settings)
-        return await self._answerer.answer(question, hits)
+        with self._gate.foreground():
+            hits = await asyncio.to_thread(self._retrieve, key, question, settings)
+            return await self._answerer.answer(question, hits)
 
     # -- inspecting ------------------------------------------------------------
 

@@ -20,7 +20,9 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from raptor_engine.clustering import ClusteringSettings, cluster_rows
+from raptor_engine import cluster_worker
+from raptor_engine.background import ForegroundGate
+from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.errors import ProviderError
 from raptor_engine.metering import Meter
 from raptor_engine.protocols import Embedder, MeteredSummarizer, Summarizer, TokenCounter
@@ -105,9 +107,11 @@ class TreeBuilder:
         max_concurrency: int = 8,
         progress: ProgressCallback | None = None,
         meter: Meter | None = None,
+        gate: ForegroundGate | None = None,
     ) -> None:
         self._embedder = embedder
         self._meter = meter
+        self._gate = gate or ForegroundGate()
         self._summarizer = summarizer
         self._counter = counter
         self._clustering = clustering
@@ -129,7 +133,9 @@ class TreeBuilder:
 
         Subtrees are built concurrently; summaries run at most
         ``max_concurrency`` at a time; clustering runs one at a time in a worker
-        thread. Every loop strictly reduces its node count, so the build ends.
+        process (see ``cluster_worker.py``). Between steps the build steps aside
+        while ``gate`` says foreground work (a question) runs. Every loop
+        strictly reduces its node count, so the build ends.
         Raises ``ProviderError`` if the summariser or embedder fails; work in
         flight is cancelled then.
         """
@@ -188,8 +194,9 @@ class TreeBuilder:
         # One CPU-bound step at a time: clustering tunes BLAS threads process-wide, and
         # on few cores concurrent clustering and embedding only fight for them.
         async with run.cpu:
+            await self._gate.step_aside()
             with run.clock.timing("cluster"):
-                clusters = await asyncio.to_thread(cluster_rows, layer.vectors, tokens, self._clustering)
+                clusters = await cluster_worker.cluster(layer.vectors, tokens, self._clustering)
         if number:
             self._progress(BuildProgress("cluster", 1, 1, number))
         if len(clusters) >= len(layer.nodes):
@@ -209,6 +216,7 @@ class TreeBuilder:
         coverage = [sum((below.coverage[i] for i in cluster), Counter()) for cluster in clusters]
         sources = [tuple(source for source, _ in cover.most_common()) for cover in coverage]
         fresh = [k for k in dict.fromkeys(keys) if k not in cached]
+        await self._gate.step_aside()
         with run.clock.timing("embed summaries"):
             fresh_vectors = await asyncio.to_thread(self._embedder.embed, [texts[keys.index(k)] for k in fresh])
         entries = [(k, texts[keys.index(k)], sources[keys.index(k)]) for k in fresh]
@@ -246,6 +254,7 @@ class TreeBuilder:
         async def make(index: int) -> str:
             nonlocal done
             async with bound:
+                await self._gate.step_aside()
                 text = await self._summarizer.summarize([n.text for n in members[index]])
             if not text or not text.strip():
                 raise ProviderError("the summariser returned an empty summary")
