@@ -1,0 +1,13 @@
+"""The Discord adapter (discord.py): slash commands, mentions, threads, pins and buttons.
+
+``translate`` holds the pure translation of Discord's objects into neutral
+events, ``render`` the pure rendering of replies as messages within Discord's
+limits, and ``client`` the discord.py client and :func:`run_discord`, the
+entry point ``python -m bot`` calls when ``discord.token`` is set.
+
+(Never name a module here ``discord``: it would shadow the SDK.)
+"""
+
+from adapters.discord_bot.client import RaptorClient, run_discord
+
+__all__ = ["RaptorClient", "run_discord"]
