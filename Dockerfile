@@ -22,6 +22,9 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 RUN useradd --create-home --uid 10001 raptor && mkdir -p /data /config && chown raptor /data
 USER raptor
 VOLUME ["/data"]
-# Mount a configuration and set RAPTOR_CONFIG=/config/config.yaml to use it.
+# Mount a configuration and set RAPTOR_CONFIG=/config/config.yaml to use it. With Slack or
+# Discord tokens configured the bot serves them; without, it opens the console chat (run with -it).
+# SIGTERM and SIGINT stop it cleanly: a running rebuild is interrupted and resumes at the next start.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["python", "-m", "bot", "--data-dir", "/data"]
-CMD ["demo"]
+CMD ["chat"]

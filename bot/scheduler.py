@@ -34,6 +34,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.chat import Reply, ReplyKind, Send
 from bot.config import BotConfig, ScheduleConfig
+from bot.errors import explain
 from raptor_engine.engine import Engine
 from raptor_engine.errors import RaptorError
 from raptor_engine.tree import BuildProgress
@@ -82,6 +83,7 @@ class _Batch:
 
     requesters: list[_Requester]
     manual: bool
+    answered: bool = False  # its result went out: a stop now must not call it interrupted
 
     @property
     def sends(self) -> list[Send]:
@@ -149,7 +151,7 @@ class RebuildScheduler:
             if state.task is None:
                 continue
             for batch in (state.current, state.queued):
-                waiting += batch.sends if batch else []
+                waiting += batch.sends if batch and not batch.answered else []
             state.task.cancel()
             tasks.append(state.task)
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -329,7 +331,7 @@ class RebuildScheduler:
                 relay.cancel()
             raise
         except RaptorError as exc:
-            reply = Reply(ReplyKind.ERROR, str(exc))
+            reply = Reply(ReplyKind.ERROR, explain(exc))
             log.warning("channel %s: rebuild failed (%s): %s", key, batch.describe(), exc)
         except Exception:
             reference = secrets.token_hex(4)
@@ -341,6 +343,7 @@ class RebuildScheduler:
             log.info("channel %s: rebuild finished (%s): %s", key, batch.describe(), reply.text)
         if relay is not None:
             await relay.close()  # no progress reply may arrive after the result
+        batch.answered = True
         await asyncio.gather(*(_send_safely(send, reply) for send in sends))
 
 
