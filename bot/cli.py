@@ -131,11 +131,20 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
 
 
 def _chat(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -> int:
-    """The console chat until end of input, ``/quit``, SIGINT or SIGTERM."""
+    """Slack and/or Discord when their tokens are configured, else the console chat; until
+    SIGINT or SIGTERM (or, on the console, end of input or ``/quit``)."""
     # The entry point is the composition root: it alone may know the adapters (imported late,
     # so the one-shot commands do not load them).
-    from adapters.console.app import run_console
     from bot.runtime import run_until_signalled
+
+    if config.slack.enabled or config.discord.enabled:
+        from bot.platforms import serve_platforms
+
+        print("Serving " + " and ".join(name for name, on in (("Slack", config.slack.enabled),
+              ("Discord", config.discord.enabled)) if on) + "; stop with Ctrl-C or SIGTERM.", file=stdout, flush=True)
+        asyncio.run(run_until_signalled(serve_platforms(config)))
+        return 0
+    from adapters.console.app import run_console
 
     def write(text: str) -> None:
         print(text, file=stdout, flush=True)
