@@ -23,7 +23,7 @@ def platform_runners(bot: Bot, config: Config) -> list[Coroutine[Any, Any, None]
     """One coroutine per platform whose token is configured, each running until cancelled."""
     runners: list[Coroutine[Any, Any, None]] = []
     if config.slack.enabled:
-        from adapters.slack import run_slack
+        from adapters.slack.app import run_slack
 
         runners.append(run_slack(bot, config.slack))
     if config.discord.enabled:

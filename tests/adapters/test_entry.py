@@ -48,3 +48,34 @@ def test_python_m_bot_serves_discord_and_stops_on_sigterm(tmp_path: Path) -> Non
     assert code == 0, output
     assert "Serving Discord" in output and "Traceback" not in output
     assert replies  # the channel has no material yet: the bot says so rather than staying silent
+
+
+def test_python_m_bot_serves_slack_in_socket_mode(tmp_path: Path) -> None:
+    from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, BOT_USER, SlackStandIn
+
+    async def scenario() -> tuple[int, str, list[dict[str, object]]]:
+        async with SlackStandIn() as slack:
+            slack.add_user("U1", "ann")
+            config = tmp_path / "config.yaml"
+            config.write_text(
+                f"data_dir: {tmp_path / 'data'}\n"
+                f"slack:\n  bot_token: {BOT_TOKEN}\n  app_token: {APP_TOKEN}\n  api_base_url: {slack.base_url}\n"
+            )
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "--config", str(config), cwd=REPO, env=ENV,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )
+            try:
+                await slack.wait_connected(timeout=120)  # loading the model takes a while
+                message, _ = await slack.user_says("C1", "U1", f"<@{BOT_USER}> who is on call?")
+                await slack.wait_until(lambda: slack.posts("C1", thread_ts=message["ts"]), timeout=60)
+                posts = slack.posts("C1", thread_ts=message["ts"])
+            finally:
+                process.send_signal(signal.SIGTERM)
+                output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+        return process.returncode or 0, output.decode(), posts
+
+    code, output, posts = asyncio.run(scenario())
+    assert code == 0, output
+    assert "Serving Slack" in output and "Traceback" not in output
+    assert posts  # answered in the thread (the channel has no material yet: it says so)

@@ -1,0 +1,276 @@
+"""Pure rendering: a neutral :class:`~bot.chat.Reply` as Block Kit messages within Slack's limits.
+
+:func:`render_reply` returns one or more :class:`SlackMessage` (``text`` and
+``blocks``), to be posted in order. An answer is its text, then its numbered
+sources (each an excerpt or a summary with its layer, linked, with a short
+quote, and for a summary a button that opens its children), then 👍/👎
+buttons carrying the answer id. Other replies are text sections (an error
+with a warning sign and its reference, progress as a quiet context line).
+
+Slack's limits are kept by construction, never discovered through an API
+error: every section or context text is at most :data:`SECTION_TEXT_LIMIT`
+characters *as sent* (after escaping), a message holds at most
+:data:`MAX_BLOCKS` blocks, and its ``text`` (always set: notifications and
+screen readers use it) at most :data:`MAX_TEXT_CHARS`. A long reply becomes
+several messages. Text is split at paragraph, line, sentence or word
+boundaries, never inside an escape such as ``&amp;``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.slack.translate import (
+    ACTION_NODE,
+    ACTION_VOTE_DOWN,
+    ACTION_VOTE_UP,
+    ANSWER_BLOCK,
+    QUESTION_BLOCK,
+    WORKING_REACTION,
+)
+from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+
+log = logging.getLogger(__name__)
+
+SECTION_TEXT_LIMIT = 3000  # characters of a section's (or a context element's) text
+MAX_BLOCKS = 50  # blocks per message
+MAX_TEXT_CHARS = 40_000  # characters of a message's top-level text
+BUTTON_TEXT_LIMIT = 75
+BUTTON_VALUE_LIMIT = 2000
+
+TITLE_CHARS = 150  # a citation's title is cut to this...
+QUOTE_CHARS = 300  # ...and its quote to this, so a citation always fits one section
+MAX_LINK_CHARS = 1000  # a longer link is left out rather than risk the section's limit
+
+Block = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SlackMessage:
+    """One message to post: its fallback ``text`` and its ``blocks``."""
+
+    text: str
+    blocks: tuple[Block, ...]
+
+    def payload(self) -> dict[str, Any]:
+        """The keyword arguments of ``chat.postMessage``/``chat.postEphemeral`` it stands for."""
+        return {"text": self.text, "blocks": list(self.blocks)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One block and its share of the message's fallback text (escaped, may be empty)."""
+
+    block: Block
+    fallback: str
+
+
+# -- text ---------------------------------------------------------------------------
+
+
+def escape(text: str) -> str:
+    """Text as Slack's mrkdwn shows it literally: ``&``, ``<`` and ``>`` escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escaped_length(text: str) -> int:
+    return len(text) + 4 * text.count("&") + 3 * text.count("<") + 3 * text.count(">")
+
+
+def split_text(text: str, limit: int = SECTION_TEXT_LIMIT) -> list[str]:
+    """``text`` (raw, not escaped) cut into pieces whose escaped length is at most ``limit``,
+    at the last paragraph break, else line break, else sentence end, else space in the
+    second half of the room; a hard cut only when none is there. Empty for blank text."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while rest and escaped_length(rest) > limit:
+        room = _room(rest, limit)
+        cut = _boundary(rest[:room])
+        pieces.append(rest[:cut].rstrip())
+        rest = rest[cut:].strip()
+    if rest:
+        pieces.append(rest)
+    return [p for p in pieces if p]
+
+
+def _room(text: str, limit: int) -> int:
+    """How many characters of ``text`` fit in ``limit`` once escaped (at least one)."""
+    used = 0
+    for index, char in enumerate(text):
+        used += 5 if char == "&" else 4 if char in "<>" else 1
+        if used > limit:
+            return max(index, 1)
+    return len(text)
+
+
+def _boundary(window: str) -> int:
+    """Where to cut ``window`` (its length when no good boundary lies in its second half)."""
+    half = len(window) // 2
+    for separator in ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " "):
+        at = window.rfind(separator)
+        if at >= half:
+            return at + len(separator)
+    return len(window)
+
+
+def clip(text: str, chars: int) -> str:
+    """One line of at most ``chars`` characters, an ellipsis marking a cut."""
+    folded = " ".join(text.split())
+    return folded if len(folded) <= chars else folded[: chars - 1].rstrip() + "…"
+
+
+# -- blocks ---------------------------------------------------------------------------
+
+
+def _section(block_id: str, mrkdwn: str, accessory: Block | None = None) -> Block:
+    block: Block = {"type": "section", "block_id": block_id, "text": {"type": "mrkdwn", "text": mrkdwn}}
+    if accessory is not None:
+        block["accessory"] = accessory
+    return block
+
+
+def _context(block_id: str, mrkdwn: str) -> Block:
+    return {"type": "context", "block_id": block_id, "elements": [{"type": "mrkdwn", "text": mrkdwn}]}
+
+
+def _button(label: str, action_id: str, value: str, style: str = "") -> Block:
+    button: Block = {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": label[:BUTTON_TEXT_LIMIT], "emoji": True},
+        "value": value[:BUTTON_VALUE_LIMIT],
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _text_parts(block_id: str, text: str, prefix: str = "", context: bool = False) -> list[_Part]:
+    """``text`` as as many sections (or context lines) as it needs; ``prefix`` (mrkdwn,
+    e.g. an emoji) goes before the first piece, its room kept free in every piece."""
+    room = SECTION_TEXT_LIMIT - len(prefix)
+    parts = []
+    for index, piece in enumerate(split_text(text, room)):
+        mrkdwn = (prefix if index == 0 else "") + escape(piece)
+        make = _context if context else _section
+        parts.append(_Part(make(f"{block_id}_{index}", mrkdwn), mrkdwn))
+    return parts
+
+
+def _link(url: str) -> str:
+    """A URL usable inside ``<url|label>``; empty when it is not a web link or too long."""
+    if not url.startswith(("https://", "http://")) or len(url) > MAX_LINK_CHARS:
+        return ""
+    return url.replace(" ", "%20").replace("|", "%7C").replace("<", "%3C").replace(">", "%3E")
+
+
+def kind_label(citation: CitationView) -> str:
+    """``excerpt`` or ``summary, layer 2``."""
+    if citation.kind is CitationKind.EXCERPT:
+        return "excerpt"
+    return f"summary, layer {citation.layer}"
+
+
+def _citation_part(citation: CitationView) -> _Part:
+    title = clip(citation.title or "untitled", TITLE_CHARS)
+    url = _link(citation.link)
+    shown = f"<{url}|{escape(title).replace('|', '¦')}>" if url else escape(title)
+    lines = [f"*[{citation.number}]* {shown} · _{kind_label(citation)}_"]
+    quote = clip(citation.quote, QUOTE_CHARS)
+    if quote:
+        lines.append(f">{escape(quote)}")
+    accessory = None
+    if citation.kind is CitationKind.SUMMARY and citation.node_id:
+        accessory = _button("Open summary", ACTION_NODE, citation.node_id)
+    block = _section(f"raptor_source_{citation.number}", "\n".join(lines), accessory)
+    return _Part(block, escape(f"[{citation.number}] {title} ({kind_label(citation)})"))
+
+
+def _feedback_part(answer_id: str) -> _Part:
+    block: Block = {
+        "type": "actions",
+        "block_id": "raptor_feedback",
+        "elements": [
+            _button("👍 Helpful", ACTION_VOTE_UP, answer_id),
+            _button("👎 Not helpful", ACTION_VOTE_DOWN, answer_id),
+        ],
+    }
+    return _Part(block, "")
+
+
+def _answer_parts(reply: Reply) -> list[_Part]:
+    parts = _text_parts(ANSWER_BLOCK, reply.text) or [
+        _Part(_section(f"{ANSWER_BLOCK}_0", "(no answer text)"), "(no answer text)")
+    ]
+    if reply.warning:
+        parts += _text_parts("raptor_warning", reply.warning, prefix=":warning: ", context=True)
+    if reply.citations:
+        parts.append(_Part({"type": "divider"}, ""))
+        parts.append(_Part(_context("raptor_sources", "*Sources*"), "Sources:"))
+        parts += [_citation_part(citation) for citation in reply.citations]
+    if reply.answer_id:
+        parts.append(_feedback_part(reply.answer_id))
+    return parts
+
+
+def _error_parts(reply: Reply) -> list[_Part]:
+    parts = _text_parts("raptor_error", reply.text, prefix=":warning: ")
+    if reply.reference and reply.reference not in reply.text:
+        mrkdwn = f"Reference: `{escape(clip(reply.reference, 100))}`"
+        parts.append(_Part(_context("raptor_reference", mrkdwn), mrkdwn))
+    return parts
+
+
+def reply_parts(reply: Reply) -> list[_Part]:
+    """Every block of a reply, in order, before it is cut into messages."""
+    if reply.kind is ReplyKind.ANSWER:
+        return _answer_parts(reply)
+    if reply.kind is ReplyKind.ERROR:
+        return _error_parts(reply)
+    if reply.kind is ReplyKind.PROGRESS:
+        return _text_parts("raptor_progress", reply.text, prefix=f":{WORKING_REACTION}: ", context=True)
+    return _text_parts("raptor_info", reply.text)
+
+
+def paginate(parts: Iterable[_Part]) -> list[SlackMessage]:
+    """Blocks packed in order into as few messages as Slack's limits allow."""
+    messages: list[SlackMessage] = []
+    blocks: list[Block] = []
+    texts: list[str] = []
+    size = 0
+    for part in parts:
+        extra = len(part.fallback) + (1 if texts and part.fallback else 0)
+        if blocks and (len(blocks) >= MAX_BLOCKS or size + extra > MAX_TEXT_CHARS):
+            messages.append(_message(blocks, texts))
+            blocks, texts, size = [], [], 0
+            extra = len(part.fallback)
+        blocks.append(part.block)
+        if part.fallback:
+            texts.append(part.fallback)
+            size += extra
+    if blocks:
+        messages.append(_message(blocks, texts))
+    return messages
+
+
+def _message(blocks: Sequence[Block], texts: Sequence[str]) -> SlackMessage:
+    # The fallback is never empty: a message with blocks but no text notifies as "(no preview)".
+    return SlackMessage("\n".join(texts) or "…", tuple(blocks))
+
+
+def render_reply(reply: Reply) -> list[SlackMessage]:
+    """A reply as the messages to post, in order (see the module docstring). Never empty:
+    a reply with no text at all becomes one short message saying so."""
+    messages = paginate(reply_parts(reply))
+    return messages or [SlackMessage("…", (_section("raptor_info_0", "…"),))]
+
+
+def render_question(user_id: str, text: str) -> list[SlackMessage]:
+    """A question asked with the slash command, shown in the channel so its answer (posted in
+    a thread under it) has its question above it. The question's own blocks are marked
+    with :data:`QUESTION_BLOCK`, so a follow-up in that thread gets it as context."""
+    asked = _Part(_context("raptor_asked", f"<@{user_id}> asked:"), f"<@{user_id}> asked:")
+    return paginate([asked, *_text_parts(QUESTION_BLOCK, text)])

@@ -1,0 +1,328 @@
+"""The Web API side of the Slack adapter: people, threads, downloads, reactions, and replies.
+
+Everything here talks to Slack through the injected ``AsyncWebClient`` (whose
+``base_url`` comes from the configuration) or, for file downloads and
+``response_url`` notes, through the adapter's one ``aiohttp`` session.
+
+Contracts:
+
+* :class:`People` never raises: a failed ``users.info`` gives a person known
+  by id only (who then manages nothing), logged.
+* :class:`Downloader` raises :class:`DownloadError` with a sentence for the
+  person (a sign-in page served instead of the file is named as a token or
+  ``files:read`` problem).
+* :func:`working` shows the work with a reaction and never fails the work
+  because a reaction failed.
+* :class:`Outbox` never raises for Slack's or the network's failures: it logs
+  one line with a fresh reference and tells the person in a short note,
+  through the first way that works (the command's ``response_url``, an
+  ephemeral message, a plain message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from adapters.slack import translate
+from adapters.slack.blocks import SlackMessage, render_reply
+from adapters.slack.translate import SlackFile
+from bot.chat import Attachment, Person, Reply, Send
+from bot.handler import new_reference
+
+log = logging.getLogger(__name__)
+
+MAX_THREAD_MESSAGES = 1000  # a thread is read up to this many messages (pages of REPLIES_PAGE)
+REPLIES_PAGE = 200
+DOWNLOAD_TIMEOUT_S = 120.0
+NOTE_TIMEOUT_S = 10.0
+
+# What the network can throw at a call, besides Slack's own refusals.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (SlackClientError, aiohttp.ClientError, TimeoutError)
+
+
+def error_code(error: BaseException) -> str:
+    """Slack's error code of a refused call (``not_in_channel``), else the exception's name."""
+    if isinstance(error, SlackApiError):
+        return str(error.response.get("error") or "unknown_error")
+    return type(error).__name__
+
+
+# -- people -------------------------------------------------------------------------
+
+
+class People:
+    """Who a user id is (``users.info``), cached for ``ttl_s`` seconds, at most ``max_entries``."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        ttl_s: float = 300.0,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._cache: OrderedDict[str, tuple[float, Person]] = OrderedDict()
+
+    async def get(self, user_id: str) -> Person:
+        """The person; never raises (a lookup failure gives ``Person(user_id)``, logged)."""
+        if not user_id:
+            return Person("unknown")
+        cached = self._cache.get(user_id)
+        now = self._clock()
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[1]
+        try:
+            response = await self._client.users_info(user=user_id)
+        except TRANSPORT_ERRORS as exc:
+            # Not cached: the next event asks again, so a passing failure costs one event's name.
+            log.warning("users.info for %s failed (%s); treating them as a member", user_id, error_code(exc))
+            return Person(user_id)
+        person = translate.person_from_user(response.get("user") or {}, user_id)
+        self._cache[user_id] = (now, person)
+        self._cache.move_to_end(user_id)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+        return person
+
+
+# -- threads and messages -------------------------------------------------------------
+
+
+async def thread_messages(client: AsyncWebClient, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+    """The messages of a thread, root first (``conversations.replies``, every page up to
+    :data:`MAX_THREAD_MESSAGES`). For a message that is no thread's root, that message alone.
+    Raises what the client raises."""
+    messages: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while len(messages) < MAX_THREAD_MESSAGES:
+        response = await client.conversations_replies(channel=channel, ts=thread_ts, limit=REPLIES_PAGE, cursor=cursor)
+        messages += [m for m in response.get("messages") or () if isinstance(m, dict)]
+        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+        if not cursor or not response.get("has_more", True):
+            break
+    return messages
+
+
+async def permalink(client: AsyncWebClient, channel: str, ts: str) -> str:
+    """The message's permalink (``chat.getPermalink``); empty (logged) when Slack cannot say."""
+    try:
+        response = await client.chat_getPermalink(channel=channel, message_ts=ts)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("chat.getPermalink for %s/%s failed (%s); the source has no link", channel, ts, error_code(exc))
+        return ""
+    return str(response.get("permalink") or "")
+
+
+async def file_info(client: AsyncWebClient, file_id: str) -> SlackFile | None:
+    """The file as ``files.info`` describes it; None when Slack sends no file object.
+    Raises what the client raises."""
+    response = await client.files_info(file=file_id)
+    raw = response.get("file")
+    return translate.slack_file(raw) if isinstance(raw, Mapping) else None
+
+
+# -- reactions ------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def working(client: AsyncWebClient, channel: str, ts: str) -> AsyncIterator[None]:
+    """Shows :data:`~adapters.slack.translate.WORKING_REACTION` on the message ``ts`` while the
+    block runs, and removes it after (whatever the outcome). A reaction that cannot be
+    added or removed is logged and the work goes on; no ``ts``, no reaction."""
+    added = bool(ts) and await _react(client.reactions_add, channel, ts, ("already_reacted",))
+    try:
+        yield
+    finally:
+        if added:
+            await _react(client.reactions_remove, channel, ts, ("no_reaction",))
+
+
+async def _react(method: Callable[..., Awaitable[Any]], channel: str, ts: str, harmless: tuple[str, ...]) -> bool:
+    try:
+        await method(channel=channel, timestamp=ts, name=translate.WORKING_REACTION)
+        return True
+    except SlackApiError as exc:
+        code = error_code(exc)
+        if code in harmless:
+            return True
+        log.warning("%s on %s/%s failed (%s)", method.__name__, channel, ts, code)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("%s on %s/%s failed (%s)", method.__name__, channel, ts, error_code(exc))
+    return False
+
+
+# -- downloads ------------------------------------------------------------------------
+
+
+class DownloadError(Exception):
+    """A shared file could not be downloaded; ``problem`` says why, for the person."""
+
+    def __init__(self, problem: str, detail: str = "") -> None:
+        super().__init__(detail or problem)
+        self.problem = problem
+        self.detail = detail or problem
+
+
+class Downloader:
+    """Downloads shared files with the bot token (``Authorization: Bearer``), at most
+    ``max_bytes + 1`` bytes of each: one byte past the limit is enough for the engine
+    to refuse the file as too large, without reading the rest."""
+
+    def __init__(self, session: aiohttp.ClientSession, token: str, max_bytes: int) -> None:
+        self._session = session
+        self._token = token
+        self._max_bytes = max_bytes
+
+    async def fetch(self, file: SlackFile) -> bytes:
+        """The file's bytes; raises :class:`DownloadError`."""
+        if not file.url:
+            raise DownloadError("Slack gave me no link to download it (it may be an external or deleted file).")
+        headers = {"Authorization": f"Bearer {self._token}"}
+        timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S)
+        try:
+            async with self._session.get(file.url, headers=headers, timeout=timeout) as response:
+                if response.status != 200:
+                    raise DownloadError(f"Slack answered HTTP {response.status}.", f"HTTP {response.status}")
+                if translate.is_login_page(response.headers.get("Content-Type", ""), file):
+                    raise DownloadError(translate.LOGIN_PAGE_PROBLEM, "a sign-in page (text/html) instead of the file")
+                return await self._read(response)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise DownloadError("the download failed; please share it again.", error_code(exc)) from exc
+
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
+        data = bytearray()
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            data += chunk
+            if len(data) > self._max_bytes:
+                break
+        return bytes(data[: self._max_bytes + 1])
+
+
+# -- replies ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where replies to one event go: the conversation, the person the event came from
+    (ephemeral replies are theirs), the thread used when a reply names none, and the
+    ``response_url`` of a slash command or a click (empty otherwise)."""
+
+    channel: str
+    user: str
+    thread: str = ""
+    response_url: str = ""
+
+
+class Outbox:
+    """Posts replies to Slack; see the module docstring for what happens when Slack refuses."""
+
+    def __init__(self, client: AsyncWebClient, session: aiohttp.ClientSession) -> None:
+        self._client = client
+        self._session = session
+
+    def sender(self, target: Target) -> Send:
+        """The ``send`` the handler gets for an event from ``target``."""
+        return partial(self.deliver, target)
+
+    async def deliver(self, target: Target, reply: Reply) -> None:
+        """Posts the reply (its messages in order, then its attachments) in its thread, or
+        in ``target.thread``; ephemeral when ``private``. Never raises for Slack's or the
+        network's failures: they are logged under a reference and the person is told."""
+        thread = reply.thread or target.thread
+        try:
+            for message in render_reply(reply):
+                await self.post(target, message, thread, private=reply.private)
+            for attachment in reply.attachments:
+                await self._upload(target, attachment, thread, private=reply.private)
+        except TRANSPORT_ERRORS as exc:
+            await self.report(target, thread, f"a {reply.kind.value} reply", exc)
+
+    async def post(self, target: Target, message: SlackMessage, thread: str = "", private: bool = False) -> str:
+        """Posts one message; returns its ``ts`` (empty for an ephemeral one). Raises what the client raises."""
+        arguments: dict[str, Any] = message.payload()
+        if thread:
+            arguments["thread_ts"] = thread
+        if private:
+            await self._client.chat_postEphemeral(channel=target.channel, user=target.user, **arguments)
+            return ""
+        # No unfurling: a citation's link must not grow a preview under every answer.
+        response = await self._client.chat_postMessage(
+            channel=target.channel, unfurl_links=False, unfurl_media=False, **arguments
+        )
+        return str(response.get("ts") or "")
+
+    async def _upload(self, target: Target, attachment: Attachment, thread: str, private: bool) -> None:
+        channel = target.channel
+        if private:
+            # Files cannot be ephemeral: a private picture goes to the person's direct conversation.
+            opened = await self._client.conversations_open(users=target.user)
+            channel = str((opened.get("channel") or {}).get("id") or "")
+            thread = ""
+        await self._client.files_upload_v2(
+            channel=channel,
+            thread_ts=thread or None,
+            file=attachment.data,
+            filename=attachment.filename,
+            title=attachment.filename,
+        )
+
+    async def report(self, target: Target, thread: str, what: str, error: BaseException) -> None:
+        """Logs a failure to deliver ``what`` under a new reference and tells the person."""
+        code = error_code(error)
+        reference = new_reference()
+        log.error(
+            "delivering %s to %s failed: %s (reference %s)", what, target.channel, code, reference,
+            exc_info=not isinstance(error, SlackApiError),
+        )
+        await self.note(target, thread, translate.posting_failure_text(code, reference))
+
+    async def note(self, target: Target, thread: str, text: str) -> bool:
+        """Tells the person ``text`` (plain, short) by the first way that works; False if none did."""
+        for attempt in (self._by_response_url, self._by_ephemeral, self._by_message):
+            try:
+                if await asyncio.wait_for(attempt(target, thread, text), NOTE_TIMEOUT_S):
+                    return True
+            except (*TRANSPORT_ERRORS, OSError) as exc:
+                log.info("telling %s in %s by %s failed: %s", target.user, target.channel, attempt.__name__,
+                         error_code(exc))
+        log.error("could not tell anyone in %s: %s", target.channel, text)
+        return False
+
+    async def _by_response_url(self, target: Target, thread: str, text: str) -> bool:
+        # A slash command's or a click's response_url works even where the bot is no member.
+        if not target.response_url:
+            return False
+        webhook = AsyncWebhookClient(target.response_url, session=self._session, timeout=int(NOTE_TIMEOUT_S))
+        response = await webhook.send(text=text, response_type="ephemeral", replace_original=False)
+        return response.status_code == 200
+
+    async def _by_ephemeral(self, target: Target, thread: str, text: str) -> bool:
+        if not target.user:
+            return False
+        await self._client.chat_postEphemeral(channel=target.channel, user=target.user, text=text, **_in(thread))
+        return True
+
+    async def _by_message(self, target: Target, thread: str, text: str) -> bool:
+        await self._client.chat_postMessage(channel=target.channel, text=text, **_in(thread))
+        return True
+
+
+def _in(thread: str) -> dict[str, str]:
+    """``thread_ts`` only when there is a thread: JSON calls would send a null otherwise."""
+    return {"thread_ts": thread} if thread else {}

@@ -1,0 +1,577 @@
+"""The Slack adapter end to end: the real slack-bolt ``AsyncApp`` against the stand-in Slack.
+
+Real components only: slack-bolt and slack_sdk talk over 127.0.0.1 to
+``tests/fakes/slack_api.py`` (the Web API, Socket Mode, signed HTTP
+deliveries); the bot is ``bot.runtime.Bot`` with the real engine on embedded
+Chroma. Every scenario runs in Socket Mode and in HTTP mode. Each test runs
+its own event loop with ``asyncio.run``. The stand-in refuses any message over
+Slack's limits, and every scenario checks that nothing was refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.app import SlackRunning, run_slack
+from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
+from adapters.slack.web import People, Target
+from bot.chat import (
+    Attachment,
+    CitationKind,
+    CitationView,
+    Event,
+    Question,
+    Reply,
+    ReplyKind,
+    Send,
+)
+from bot.config import BotConfig, Config, RateLimitConfig
+from bot.errors import BotError
+from bot.runtime import Bot
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.engine import Engine
+from raptor_engine.store import ChromaStore
+from raptor_engine.types import ChannelKey, SourceKind
+from tests.conftest import SAMPLE, make_engine
+from tests.fakes.slack_api import (
+    BOT_USER,
+    TEAM,
+    SlackStandIn,
+    app_running,
+    lines_of,
+    slack_config,
+)
+
+MODES = ["socket", "http"]
+ANA, BEN = "UANA", "UBEN"  # Ana is a workspace admin, Ben a member
+CHANNEL = "C100"
+ON_CALL = "What does the on-call engineer do?"
+ACK_LIMIT_S = 3.0
+
+Body = Callable[[SlackStandIn, SlackRunning, Bot], Awaitable[None]]
+
+
+def key(channel: str = CHANNEL) -> ChannelKey:
+    return ChannelKey("slack", TEAM, channel)
+
+
+def bot_config(tmp_path: Path) -> Config:
+    # Limits off: a scenario asks more questions than a person may per minute.
+    limits = RateLimitConfig(questions_per_user_per_minute=0, rebuilds_per_channel_per_hour=0)
+    return Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits))
+
+
+def run(engine: Engine, tmp_path: Path, mode: str, body: Body, **options: Any) -> None:
+    """Runs ``body`` with a started bot, the stand-in, and the Slack app serving in ``mode``."""
+
+    async def session() -> None:
+        bot = Bot(bot_config(tmp_path), engine)
+        await bot.start(warm_up=False)
+        try:
+            async with SlackStandIn() as slack:
+                slack.add_user(ANA, "Ana", admin=True)
+                slack.add_user(BEN, "Ben")
+                async with app_running(bot, slack, mode, **options) as running:
+                    await body(slack, running, bot)
+                    await settle(running, bot)
+                assert not slack.rejected(), slack.rejected()
+        finally:
+            await bot.stop()
+
+    asyncio.run(session())
+
+
+async def settle(running: SlackRunning, bot: Bot) -> None:
+    """Until every delivered event (and any rebuild) is fully handled."""
+    for _ in range(2):
+        await asyncio.sleep(0.05)  # bolt starts a listener just after acknowledging
+        await running.adapter.wait_idle()
+        await bot.scheduler.wait_idle()
+
+
+def recorded(bot: Bot) -> list[Event]:
+    """Every neutral event the adapter gives the handler, recorded on the way in."""
+    events: list[Event] = []
+    handle = bot.handler.handle
+
+    async def recording(event: Event, send: Send) -> None:
+        events.append(event)
+        await handle(event, send)
+
+    bot.handler.handle = recording  # type: ignore[method-assign]
+    return events
+
+
+def block_ids(post: dict[str, Any]) -> list[str]:
+    return [str(b.get("block_id", "")) for b in post.get("blocks") or ()]
+
+
+async def share_sample(slack: SlackStandIn, channel: str = CHANNEL) -> dict[str, Any]:
+    message, _ = await slack.share_file(channel, ANA, "aurora-handbook.md", SAMPLE.read_bytes(),
+                                        mimetype="text/markdown", also_file_shared=True)
+    await slack.wait_until(lambda: slack.posts(channel, message["ts"]), what="the upload's note")
+    return message
+
+
+@pytest.fixture(scope="module")
+def built_engine(embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """An engine whose channel ``CBUILT`` holds the sample handbook with its summaries built."""
+    engine = make_engine(ChromaStore.embedded(tmp_path_factory.mktemp("built") / "chroma"), embedder)
+    engine.ingest_bytes(key("CBUILT"), SAMPLE.read_bytes(), "aurora-handbook.md", "https://x.test/f", "Ana", "F0")
+    asyncio.run(engine.rebuild(key("CBUILT")))
+    return engine
+
+
+# -- questions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mentions_follow_ups_and_direct_messages(engine: Engine, tmp_path: Path, mode: str) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        events = recorded(bot)
+        shared = await share_sample(slack)
+        await settle(running, bot)
+        # The message event and the file_shared event name the same file: one upload.
+        notes = slack.posts(CHANNEL, shared["ts"])
+        assert len(notes) == 1 and notes[0]["text"].startswith("Added “The Aurora Team Handbook”"), notes
+        assert not slack.calls_of("files.info")
+        [upload] = [e for e in events if type(e).__name__ == "Upload"]
+        assert upload.link == shared["files"][0]["permalink"] and upload.external_id == shared["files"][0]["id"]
+
+        # A mention is answered in a thread under it, once (Slack sends message + app_mention).
+        asked, deliveries = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        assert len(deliveries) == 2 and all(d.status == 200 and d.seconds < ACK_LIMIT_S for d in deliveries)
+        await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
+        await settle(running, bot)
+        [answer] = slack.posts(CHANNEL, asked["ts"])
+        ids = block_ids(answer)
+        assert ids[0] == "raptor_answer_0" and "raptor_source_1" in ids and ids[-1] == "raptor_feedback"
+        assert "[1]" in answer["text"] and answer["unfurl_links"] is False
+        # The work was shown: the reaction went on before the answer and came off after it.
+        [added] = slack.calls_of("reactions.add", timestamp=asked["ts"])
+        [removed] = slack.calls_of("reactions.remove", timestamp=asked["ts"])
+        [posted] = [c for c in slack.calls_of("chat.postMessage") if c.params.get("thread_ts") == asked["ts"]]
+        assert added.at < posted.at < removed.at and added.params["name"] == "hourglass_flowing_sand"
+        assert not slack.reactions
+
+        # A follow-up in that thread, without tagging the bot, is answered with the thread as context.
+        await slack.user_says(CHANNEL, BEN, "And how quickly must a page be acknowledged?",
+                                          thread_ts=asked["ts"])
+        await slack.wait_until(lambda: len(slack.posts(CHANNEL, asked["ts"])) == 2, what="the follow-up's answer")
+        question = [e for e in events if isinstance(e, Question)][-1]
+        assert question.thread == asked["ts"] and question.text.startswith("And how quickly")
+        assert question.context[0] == ON_CALL and question.context[1].startswith("The on-call engineer")
+        assert question.person.name == "Ben" and not question.person.manages_channel
+
+        # A thread where the bot never answered stays the people's.
+        root, _ = await slack.user_says(CHANNEL, BEN, "Lunch at noon?")
+        await slack.user_says(CHANNEL, ANA, "Yes, see you there.", thread_ts=root["ts"])
+        await settle(running, bot)
+        assert not slack.posts(CHANNEL, root["ts"])
+
+        # A direct message is answered directly (its conversation is a channel of its own, empty here).
+        await slack.user_says("DANA", ANA, ON_CALL, im=True)
+        [direct] = await slack.wait_until(lambda: slack.posts("DANA"), what="the direct answer")
+        assert "thread_ts" not in direct and "no material yet" in direct["text"]
+
+    run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_retried_event_is_answered_once(engine: Engine, tmp_path: Path, mode: str) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        await share_sample(slack)
+        asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        mention = slack.events_for(asked)[1]
+        callback = slack.event_callback(mention)
+        first = await slack.deliver_callback(callback)
+        retries = [await slack.deliver_callback(callback, retry=n) for n in (1, 2, 3)]
+        assert all(d.status == 200 for d in (first, *retries))
+        await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
+        await settle(running, bot)
+        assert len(slack.posts(CHANNEL, asked["ts"])) == 1
+        assert len(slack.calls_of("reactions.add", timestamp=asked["ts"])) == 1
+
+    run(engine, tmp_path, mode, body)
+
+
+# -- sources --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pins_threads_and_unpins_feed_the_sources(engine: Engine, tmp_path: Path, mode: str) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon &amp; on holidays.")
+        await slack.pin(CHANNEL, ANA, note["ts"])
+        [added] = await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"]), what="the pin's note")
+        assert added["text"].startswith("Added “Ben: Deploys are frozen on Fridays after noon &amp;")
+
+        root, _ = await slack.user_says(CHANNEL, ANA, "How do we roll back a release?")
+        await slack.user_says(CHANNEL, BEN, "Run the rollback job from the release page.", thread_ts=root["ts"])
+        await slack.pin(CHANNEL, ANA, root["ts"])
+        await slack.wait_until(lambda: slack.posts(CHANNEL, root["ts"]), what="the thread pin's note")
+        await settle(running, bot)
+
+        sources = {s.external_id: s for s in engine.sources(key())}
+        message = sources[f"{CHANNEL}:{note['ts']}"]
+        assert message.kind is SourceKind.MESSAGE and message.link == slack.permalink_of(CHANNEL, note["ts"])
+        thread = sources[f"{CHANNEL}:{root['ts']}"]
+        assert thread.kind is SourceKind.THREAD and thread.title.startswith("Thread by Ana: How do we roll back")
+        assert "rollback job" in engine.store.channel(key()).source_text(thread.id)
+
+        # A file announced only by file_shared: its details come from files.info.
+        meta = slack.add_file(BEN, "runbook.txt", b"The runbook says: restart the queue worker first.")
+        await slack.deliver_event({"type": "file_shared", "channel_id": CHANNEL, "file_id": meta["id"],
+                                   "user_id": BEN, "file": {"id": meta["id"]}, "event_ts": slack.next_ts()})
+        await slack.wait_until(lambda: "Added “runbook" in lines_of(slack.posts(CHANNEL)), what="the file note")
+        assert slack.calls_of("files.info", file=meta["id"])
+
+        await slack.unpin(CHANNEL, ANA, note["ts"])
+        await slack.wait_until(lambda: len(slack.posts(CHANNEL, note["ts"])) == 2, what="the unpin's note")
+        assert slack.posts(CHANNEL, note["ts"])[1]["text"].startswith("Removed “Ben: Deploys")
+        await settle(running, bot)
+        assert f"{CHANNEL}:{note['ts']}" not in {s.external_id for s in engine.sources(key())}
+
+    run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_download_refused_for_the_token_is_reported(
+    engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        slack.download_token = "xoxb-of-another-app"  # our token is wrong for downloads: Slack's sign-in page
+        shared, _ = await slack.share_file(CHANNEL, ANA, "notes.md", b"# Notes\nSome notes.", mimetype="text/markdown")
+        [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the failure note")
+        assert "I could not download “notes.md”" in note["text"] and "files:read" in note["text"]
+        reference = re.search(r"reference (\w+)", note["text"]).group(1)  # type: ignore[union-attr]
+        assert any(reference in r.getMessage() and "notes.md" in r.getMessage() for r in caplog.records)
+        await settle(running, bot)
+        assert engine.sources(key()) == []
+        assert not slack.reactions  # the working reaction came off
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, mode, body)
+
+
+# -- slash commands and buttons ---------------------------------------------------------------
+
+
+async def slash(slack: SlackStandIn, user: str, text: str, channel: str = CHANNEL) -> None:
+    delivery = await slack.slash(channel, user, text)
+    assert delivery.status == 200 and delivery.seconds < ACK_LIMIT_S
+
+
+async def new_post(slack: SlackStandIn, before: int, what: str, channel: str = CHANNEL) -> dict[str, Any]:
+    posts = await slack.wait_until(lambda: slack.posts(channel)[before:], what=what)
+    return posts[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slash_commands(engine: Engine, tmp_path: Path, mode: str) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon.")
+        await slack.pin(CHANNEL, ANA, note["ts"])
+        other, _ = await slack.user_says(CHANNEL, BEN, "Incidents are reviewed every Tuesday by the whole team.")
+        await slack.pin(CHANNEL, ANA, other["ts"])
+        await slack.wait_until(lambda: slack.posts(CHANNEL, other["ts"]), what="the pins' notes")
+        await settle(running, bot)
+
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "help")
+        assert "Commands:" in (await new_post(slack, count, "help"))["text"]
+
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "status")
+        assert "No tree built yet; 2 sources" in (await new_post(slack, count, "status"))["text"]
+
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "sources")
+        listing = (await new_post(slack, count, "sources"))["text"]
+        assert "2 sources:" in listing and "Ben: Deploys are frozen" in listing
+
+        # ask: the question is shown in the channel, the answer goes in a thread under it.
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "ask When are deploys frozen?")
+        echo = await new_post(slack, count, "the question's echo")
+        assert block_ids(echo) == ["raptor_asked", "raptor_question_0"] and "thread_ts" not in echo
+        echo_ts = next(m["ts"] for m in slack.messages[CHANNEL] if "raptor_question_0" in block_ids(m))
+        [answer] = await slack.wait_until(lambda: slack.posts(CHANNEL, echo_ts), what="the slash answer")
+        assert "Fridays" in answer["text"] and "raptor_feedback" in block_ids(answer)
+
+        # rebuild is for admins: Ben is told privately, Ana's starts and reports.
+        await slash(slack, BEN, "rebuild")
+        [refusal] = await slack.wait_until(lambda: slack.ephemerals(CHANNEL), what="the refusal")
+        assert refusal["user"] == BEN and "Only this channel's admins" in refusal["text"]
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, ANA, "rebuild")
+        assert (await new_post(slack, count, "rebuild started"))["text"].startswith("Rebuild started")
+        await settle(running, bot)
+        assert "Rebuilt" in lines_of(slack.posts(CHANNEL)[count:])
+
+        # tree: the outline as text, the picture uploaded (files_upload_v2, three steps).
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "tree")
+        outline = await new_post(slack, count, "tree")
+        assert "tree v1" in outline["text"]
+        [picture] = await slack.wait_until(lambda: [u for u in slack.uploads.values() if u.channel], what="upload")
+        assert picture.data.startswith(b"\x89PNG") and picture.channel == CHANNEL and picture.filename.endswith(".png")
+        assert slack.calls_of("files.getUploadURLExternal") and slack.calls_of("files.completeUploadExternal")
+
+        node_id = engine.top_nodes(key(), 1)[0].id
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, f"node {node_id}")
+        assert node_id in (await new_post(slack, count, "node"))["text"]
+
+        source = engine.sources(key())[0]
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, ANA, f"forget {source.id[:10]}")
+        assert (await new_post(slack, count, "forget"))["text"].startswith("Forgot")
+
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, "frobnicate")
+        assert "I don't know the command “frobnicate”" in (await new_post(slack, count, "unknown"))["text"]
+
+    run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_summary_buttons_and_votes(built_engine: Engine, tmp_path: Path, mode: str) -> None:
+    channel = "CBUILT"
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        asked, _ = await slack.user_says(channel, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        [answer] = await slack.wait_until(lambda: slack.posts(channel, asked["ts"]), what="the answer")
+        buttons = [b["accessory"] for b in answer["blocks"] if b.get("accessory", {}).get("action_id") == ACTION_NODE]
+        assert buttons, answer["blocks"]
+        assert any("summary, layer" in b["text"]["text"] for b in answer["blocks"] if "accessory" in b)
+        # The answer as Slack keeps it (with its ts), which is what a click carries.
+        posted = next(m for m in slack.messages[channel] if m.get("thread_ts") == asked["ts"])
+
+        node_id = buttons[0]["value"]
+        delivery = await slack.click(channel, BEN, posted, ACTION_NODE, node_id)
+        assert delivery.status == 200 and delivery.seconds < ACK_LIMIT_S
+        await slack.wait_until(lambda: len(slack.posts(channel, asked["ts"])) == 2, what="the node")
+        shown = slack.posts(channel, asked["ts"])[1]["text"]
+        assert shown.startswith(f"Summary (layer 1) {node_id}") and "Summarises (" in shown
+
+        [feedback] = [b for b in answer["blocks"] if b["type"] == "actions"]
+        answer_id = feedback["elements"][0]["value"]
+        await slack.click(channel, BEN, posted, ACTION_VOTE_UP, answer_id)
+        await slack.click(channel, ANA, posted, ACTION_VOTE_DOWN, answer_id)
+        await slack.wait_until(lambda: len(slack.ephemerals(channel)) == 2, what="the vote thanks")
+        assert all(e["thread_ts"] == asked["ts"] and "Thanks" in e["text"] for e in slack.ephemerals(channel))
+        await settle(running, bot)
+        [record] = [r for r in built_engine.answers(key(channel)) if r.answer_id == answer_id]
+        assert record.votes == {BEN: 1, ANA: -1} and record.question == ON_CALL
+
+    run(built_engine, tmp_path, mode, body)
+
+
+# -- limits, failures, malformed payloads --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_long_answers_are_split_within_the_limits_and_private_pictures_sent_directly(engine: Engine, tmp_path: Path,
+                                                                      mode: str) -> None:
+    text = "\n\n".join("Escalations & <rollbacks> belong to the on-call engineer. " * 14 for _ in range(70))
+    citations = tuple(CitationView(n, CitationKind.SUMMARY, 1, f"s1.{n}", "T&" * 120, "https://x.test/d",
+                                   "Q<" * 400) for n in range(1, 66))
+    reply = Reply(ReplyKind.ANSWER, text, citations, answer_id="a1", thread="1700000000.000001")
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        await running.adapter.outbox.deliver(Target(CHANNEL, ANA), reply)
+        posts = slack.posts(CHANNEL)
+        assert len(posts) >= 3 and all(p["thread_ts"] == reply.thread for p in posts)
+        assert sum(len(p["blocks"]) for p in posts) > 50
+        assert sum(1 for p in posts for b in p["blocks"] if b["type"] == "actions") == 1
+
+        # A private reply is ephemeral; files cannot be, so its picture goes to a direct conversation.
+        picture = Attachment("tree.png", b"\x89PNG fake", "image/png")
+        await running.adapter.outbox.deliver(Target(CHANNEL, BEN), Reply(ReplyKind.INFO, "Yours only.",
+                                                                        attachments=(picture,), private=True))
+        [private] = slack.ephemerals(CHANNEL)
+        assert private["user"] == BEN and private["text"] == "Yours only."
+        [upload] = [u for u in slack.uploads.values() if u.channel]
+        assert (upload.channel, upload.data) == (f"D{BEN}", picture.data)
+        assert len(slack.posts(CHANNEL)) == len(posts)
+
+    run(engine, tmp_path, mode, body)
+
+
+def test_the_stand_in_refuses_what_slack_refuses() -> None:
+    async def session() -> None:
+        async with SlackStandIn() as slack:
+            client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+            section = {"type": "section", "text": {"type": "mrkdwn", "text": "x"}}
+            cases = [
+                ({"text": "x", "blocks": [section] * 51}, "invalid_blocks"),
+                ({"text": "x" * 40_001}, "msg_too_long"),
+                ({"text": "x", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "y" * 3001}}]},
+                 "invalid_blocks"),
+                ({"text": "x", "blocks": [{**section, "block_id": "a"}, {**section, "block_id": "a"}]},
+                 "invalid_blocks"),
+            ]
+            for arguments, error in cases:
+                with pytest.raises(SlackApiError) as refused:
+                    await client.chat_postMessage(channel=CHANNEL, **arguments)
+                assert refused.value.response["error"] == error
+            assert (await client.chat_postMessage(channel=CHANNEL, text="x", blocks=[section] * 50))["ok"]
+
+    asyncio.run(session())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slack_refusing_a_reply_is_reported_with_a_reference(
+    engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        slack.fail("chat.postMessage", "ratelimited")
+        asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        [note] = await slack.wait_until(lambda: slack.ephemerals(CHANNEL), what="the failure note")
+        assert note["user"] == ANA and note["thread_ts"] == asked["ts"]
+        assert "I could not post my reply here (Slack said: ratelimited)" in note["text"]
+        reference = re.search(r"reference (\w+)", note["text"]).group(1)  # type: ignore[union-attr]
+        assert any(reference in r.getMessage() and "ratelimited" in r.getMessage() for r in caplog.records)
+
+        # In a channel the bot is not in, nothing can be posted: the slash command's response_url still works.
+        slack.not_member.add("CNOTIN")
+        await slash(slack, BEN, "ask anything?", channel="CNOTIN")
+        [(_, said, _)] = await slack.wait_until(lambda: slack.responses, what="the response_url note")
+        assert said["response_type"] == "ephemeral" and "invite me" in said["text"] and "reference" in said["text"]
+        await settle(running, bot)
+        for call in slack.rejected():  # expected refusals: Slack's limits were never the reason
+            assert call.error in ("ratelimited", "not_in_channel"), call
+        slack.calls = [c for c in slack.calls if c.ok]
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_malformed_payloads_do_not_bring_the_app_down(
+    engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        broken: list[Any] = [
+            {"type": "app_mention"},  # no channel, user or ts
+            {"type": "message", "subtype": "file_share", "files": "nope", "channel": CHANNEL, "user": BEN, "ts": "1.1"},
+            {"type": "pin_added", "item": None},
+            {"type": "file_shared", "file_id": "FNOPE", "channel_id": CHANNEL, "user_id": BEN},  # files.info fails
+        ]
+        for event in broken:
+            await slack.deliver_event(event)
+        # bolt itself fails on this one (500, so no socket acknowledgement): it is not answered, nothing breaks.
+        junk = await slack.deliver_callback({"type": "event_callback", "event_id": "EvBAD", "event": "not an object"},
+                                            ack_timeout=1.0)
+        assert junk.status in (0, 500)
+        if mode == "socket":
+            await slack.deliver_raw_socket("this is not JSON")
+        else:
+            await slack.post_http("{not json", "application/json")  # signed, but not JSON
+        await settle(running, bot)
+        # The file Slack could not describe is reported, under a reference.
+        [failed] = [c for c in slack.rejected()]
+        assert (failed.method, failed.error) == ("files.info", "file_not_found")
+        assert "I could not finish that (Slack said: file_not_found)" in lines_of(slack.posts(CHANNEL))
+        slack.calls.remove(failed)
+        asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> still there?")
+        await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="an answer after the junk")
+        assert not [r for r in caplog.records if "background task failed" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, mode, body)
+
+
+def test_http_mode_refuses_bad_and_stale_signatures(engine: Engine, tmp_path: Path) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        payload = json.dumps(slack.event_callback(slack.events_for(asked)[1]))
+        bad = await slack.post_http(payload, "application/json", secret="not-the-secret")
+        stale = await slack.post_http(payload, "application/json", timestamp=str(int(time.time()) - 6 * 60))
+        command = await slack.post_http("command=%2Fraptor&text=help&team_id=T111&channel_id=C100&user_id=UANA",
+                                        "application/x-www-form-urlencoded", secret="wrong")
+        assert (bad.status, stale.status, command.status) == (401, 401, 401)
+        await settle(running, bot)
+        assert not slack.posts() and not slack.calls_of("reactions.add")
+
+        challenge = await slack.post_http(json.dumps({"type": "url_verification", "challenge": "c-42",
+                                                      "token": "x"}), "application/json")
+        assert challenge.status == 200 and "c-42" in challenge.body
+        good = await slack.post_http(payload, "application/json")
+        assert good.status == 200
+        await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer to a signed request")
+
+    run(engine, tmp_path, "http", body)
+
+
+# -- start-up, stop, people ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "wrong"), [("socket", "bot_token"), ("socket", "app_token"), ("http", "bot_token")])
+def test_refused_tokens_stop_the_start_with_a_clear_error(engine: Engine, tmp_path: Path, mode: str,
+                                                          wrong: str) -> None:
+    async def session() -> None:
+        bot = Bot(bot_config(tmp_path), engine)
+        async with SlackStandIn() as slack:
+            value = SecretStr("xoxb-wrong" if wrong == "bot_token" else "xapp-wrong")
+            config = slack_config(slack, mode).model_copy(update={wrong: value})
+            with pytest.raises(BotError, match=f"slack.{wrong}"):
+                await asyncio.wait_for(run_slack(bot, config), 10)
+
+    asyncio.run(session())
+
+
+def test_people_are_looked_up_and_cached_briefly() -> None:
+    async def session() -> None:
+        async with SlackStandIn() as slack:
+            slack.add_user(ANA, "Ana", admin=True)
+            slack.add_user(BEN, "Ben", owner=True)
+            now = [0.0]
+            people = People(AsyncWebClient(token=slack.bot_token, base_url=slack.base_url), ttl_s=60,
+                            clock=lambda: now[0])
+            ana = await people.get(ANA)
+            assert (ana.name, ana.manages_channel) == ("Ana", True)
+            assert (await people.get(BEN)).manages_channel  # owners manage too
+            await people.get(ANA)
+            assert len(slack.calls_of("users.info", user=ANA)) == 1
+            now[0] = 61.0
+            await people.get(ANA)
+            assert len(slack.calls_of("users.info", user=ANA)) == 2
+            unknown = await people.get("UGHOST")  # users.info fails: known by id, manages nothing
+            assert (unknown.id, unknown.manages_channel) == ("UGHOST", False)
+
+    asyncio.run(session())
+
+
+@pytest.mark.parametrize(("drain_s", "answered"), [(10.0, True), (0.2, False)])
+def test_stopping_lets_work_in_hand_finish_for_a_while(engine: Engine, tmp_path: Path, drain_s: float,
+                                                        answered: bool) -> None:
+    async def session() -> None:
+        bot = Bot(bot_config(tmp_path), engine)
+        await bot.start(warm_up=False)
+        try:
+            async with SlackStandIn() as slack:
+                slack.latency["users.info"] = 0.6  # a slow Slack: the event is still in hand at the stop
+                async with app_running(bot, slack, "socket", drain_timeout_s=drain_s):
+                    asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+                    stopping = time.monotonic()
+                assert time.monotonic() - stopping < 3.0
+                assert bool(slack.posts(CHANNEL, asked["ts"])) is answered
+                assert not slack.reactions  # never left behind
+        finally:
+            await bot.stop()
+
+    asyncio.run(session())

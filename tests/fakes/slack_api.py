@@ -1,0 +1,796 @@
+"""A stand-in for Slack on 127.0.0.1, for the real slack-bolt and slack_sdk to talk to.
+
+One aiohttp server (port chosen by the system) plays every part of Slack the
+adapter meets:
+
+* the **Web API** under ``/api/`` (``auth.test``, ``apps.connections.open``,
+  ``chat.postMessage``/``postEphemeral``/``getPermalink``,
+  ``conversations.replies``/``history``/``open``, ``users.info``,
+  ``reactions.add``/``remove``, ``files.info``,
+  ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``),
+  checking the bearer token as Slack does and recording every call with the
+  time it arrived;
+* **message limits as Slack enforces them**: over 50 blocks, a section or
+  context text over 3,000 characters, a duplicate block id, oversized buttons
+  → ``invalid_blocks``; a ``text`` over 40,000 characters → ``msg_too_long``;
+* **file downloads** (``/files-pri/...``): the bytes for the bot token, and,
+  like Slack, a 200 *HTML sign-in page* for any other token;
+* **Socket Mode**: ``/link`` is the websocket ``apps.connections.open`` hands
+  out; envelopes are pushed to the app and its acknowledgements awaited;
+* the **Events API sender** for an app in HTTP mode: payloads POSTed with
+  ``X-Slack-Signature`` computed as Slack does (``v0=`` + HMAC-SHA256 of
+  ``v0:{timestamp}:{body}`` with the signing secret), retries marked with
+  ``X-Slack-Retry-Num``;
+* ``response_url`` endpoints (``/respond/<n>``) recording what is sent there.
+
+It keeps a small workspace (users, the messages of each conversation,
+files) so that what the bot posts can be read back by ``conversations.replies``
+as on Slack. The helpers ``user_says``, ``share_file``, ``pin``, ``unpin``,
+``slash`` and ``click`` do what a person does and deliver the events Slack
+would send for it, over the socket or over HTTP (:attr:`SlackStandIn.mode`).
+
+Nothing here reaches beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import aiohttp
+from aiohttp import web
+
+BOT_TOKEN = "xoxb-stand-in-bot"
+APP_TOKEN = "xapp-1-A111-stand-in"
+SIGNING_SECRET = "stand-in-signing-secret"
+TEAM = "T111"
+APP_ID = "A111"
+BOT_USER = "UBOT"
+BOT_ID = "BBOT"
+
+# Slack's limits, as Slack applies them (independent of the adapter's constants on purpose).
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_TEXT = 40_000
+MAX_BUTTON_TEXT = 75
+MAX_BUTTON_VALUE = 2000
+MAX_BLOCK_ID = 255
+MAX_CONTEXT_ELEMENTS = 10
+MAX_ACTION_ELEMENTS = 25
+
+LOGIN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
+ACK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """One Web API call as received: its method, its merged parameters (query, form or
+    JSON), the token it carried, and when it arrived (``time.perf_counter``)."""
+
+    method: str
+    params: dict[str, Any]
+    token: str
+    at: float
+    ok: bool = True
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What came back for one delivered payload: the HTTP status (200 for a socket
+    acknowledgement), the body (the acknowledgement's payload, as JSON text, in Socket
+    Mode), and the seconds from sending to the acknowledgement."""
+
+    status: int
+    body: str
+    seconds: float
+    sent_at: float
+
+
+@dataclass(slots=True)
+class _User:
+    id: str
+    name: str
+    admin: bool = False
+    owner: bool = False
+
+
+@dataclass(slots=True)
+class _File:
+    meta: dict[str, Any]
+    data: bytes
+
+
+@dataclass(slots=True)
+class _Upload:
+    file_id: str
+    filename: str
+    data: bytes = b""
+    channel: str = ""
+    thread_ts: str = ""
+    title: str = ""
+
+
+@dataclass(slots=True)
+class _Socket:
+    ws: web.WebSocketResponse
+    acks: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+
+
+def sign(secret: str, timestamp: str, body: str) -> str:
+    """``X-Slack-Signature`` as Slack computes it."""
+    base = f"v0:{timestamp}:{body}".encode()
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+class SlackStandIn:
+    """See the module docstring. ``async with SlackStandIn() as slack: ...`` starts and stops it."""
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = BOT_TOKEN,
+        app_token: str = APP_TOKEN,
+        signing_secret: str = SIGNING_SECRET,
+        team: str = TEAM,
+    ) -> None:
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self.team = team
+        self.mode = "socket"  # how events are delivered: "socket" or "http"
+        self.app_url = ""  # HTTP mode: where the app listens
+        self.calls: list[ApiCall] = []
+        self.responses: list[tuple[str, dict[str, Any], float]] = []  # (response_url path, JSON, time)
+        self.uploads: dict[str, _Upload] = {}
+        self.reactions: set[tuple[str, str, str]] = set()
+        self.not_member: set[str] = set()  # channels where posting fails with not_in_channel
+        self.download_token = bot_token  # the token file downloads accept (others get the sign-in page)
+        self.messages: dict[str, list[dict[str, Any]]] = {}
+        self.users: dict[str, _User] = {}
+        self.files: dict[str, _File] = {}
+        self._failures: dict[str, list[str]] = {}
+        self.latency: dict[str, float] = {}  # seconds a Web API method takes to answer (a slow Slack)
+        self._counter = itertools.count(1)
+        self._sockets: list[_Socket] = []
+        self._socket_ready = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.port = 0
+        self.add_user(BOT_USER, "raptor")
+
+    # -- life cycle -----------------------------------------------------------------
+
+    async def start(self) -> Self:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/link", self._socket)
+        app.router.add_get("/files-pri/{path:.*}", self._download)
+        app.router.add_post("/upload/{file_id}", self._receive_upload)
+        app.router.add_post("/respond/{n}", self._respond)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        self._session = aiohttp.ClientSession()
+        return self
+
+    async def stop(self) -> None:
+        for socket in self._sockets:
+            await socket.ws.close()
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The Web API base URL for ``AsyncWebClient(base_url=...)``."""
+        return f"{self.root}/api/"
+
+    # -- the workspace ------------------------------------------------------------------
+
+    def add_user(self, user_id: str, name: str, admin: bool = False, owner: bool = False) -> None:
+        self.users[user_id] = _User(user_id, name, admin, owner)
+
+    def next_ts(self) -> str:
+        return f"1700000000.{next(self._counter):06d}"
+
+    def _store(self, channel: str, message: dict[str, Any]) -> dict[str, Any]:
+        self.messages.setdefault(channel, []).append(message)
+        return message
+
+    def message(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return next((m for m in self.messages.get(channel, ()) if m.get("ts") == ts), None)
+
+    def thread(self, channel: str, ts: str) -> list[dict[str, Any]]:
+        """A thread's messages, root first (the message alone if it has no replies)."""
+        found = self.message(channel, ts)
+        if found is None:
+            return []
+        root = str(found.get("thread_ts") or ts)
+        members = [m for m in self.messages.get(channel, ()) if m.get("ts") == root or m.get("thread_ts") == root]
+        return sorted(members, key=lambda m: str(m["ts"]))
+
+    def permalink_of(self, channel: str, ts: str) -> str:
+        return f"{self.root}/archives/{channel}/p{ts.replace('.', '')}"
+
+    def fail(self, method: str, error: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` fail with Slack's ``error``."""
+        self._failures.setdefault(method, []).extend([error] * times)
+
+    # -- what the bot did -----------------------------------------------------------------
+
+    def calls_of(self, method: str, **where: Any) -> list[ApiCall]:
+        """Successful calls of ``method`` whose parameters include ``where``."""
+        return [
+            c for c in self.calls
+            if c.method == method and c.ok and all(c.params.get(k) == v for k, v in where.items())
+        ]
+
+    def posts(self, channel: str | None = None, thread_ts: str | None = None) -> list[dict[str, Any]]:
+        """Messages the bot posted (``chat.postMessage`` accepted), oldest first."""
+        found = []
+        for call in self.calls_of("chat.postMessage"):
+            if channel is not None and call.params.get("channel") != channel:
+                continue
+            if thread_ts is not None and call.params.get("thread_ts") != thread_ts:
+                continue
+            found.append(call.params)
+        return found
+
+    def ephemerals(self, channel: str | None = None) -> list[dict[str, Any]]:
+        return [c.params for c in self.calls_of("chat.postEphemeral") if channel in (None, c.params.get("channel"))]
+
+    def rejected(self) -> list[ApiCall]:
+        """Calls Slack would have refused (limits, bad token, injected failures)."""
+        return [c for c in self.calls if not c.ok]
+
+    async def wait_until(self, condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+        """Polls ``condition`` until it returns something truthy; raises TimeoutError naming ``what``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what or condition}")
+            await asyncio.sleep(0.01)
+
+    # -- the Web API --------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await _params(request)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip() or str(params.get("token", ""))
+        at = time.perf_counter()
+        expected = self.app_token if method == "apps.connections.open" else self.bot_token
+        if token != expected:
+            return self._answer(method, params, token, at, {"ok": False, "error": "invalid_auth"})
+        injected = self._failures.get(method)
+        if injected:
+            return self._answer(method, params, token, at, {"ok": False, "error": injected.pop(0)})
+        if self.latency.get(method):
+            await asyncio.sleep(self.latency[method])
+        handler = getattr(self, "_m_" + method.replace(".", "_"), None)
+        if handler is None:
+            return self._answer(method, params, token, at, {"ok": False, "error": "unknown_method"})
+        result = handler(params)
+        return self._answer(method, params, token, at, result)
+
+    def _answer(self, method: str, params: dict[str, Any], token: str, at: float, result: dict[str, Any]) -> web.Response:
+        ok = bool(result.get("ok", True))
+        self.calls.append(ApiCall(method, params, token, at, ok, str(result.get("error", ""))))
+        return web.json_response({"ok": True, **result} if ok else result)
+
+    def _m_auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": f"{self.root}/", "team": "Stand-in", "user": "raptor", "team_id": self.team,
+                "user_id": BOT_USER, "bot_id": BOT_ID}
+
+    def _m_apps_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"url": f"ws://127.0.0.1:{self.port}/link?ticket={next(self._counter)}"}
+
+    def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        problem = self._check_message(params)
+        if problem:
+            return {"ok": False, "error": problem}
+        channel = str(params.get("channel", ""))
+        ts = self.next_ts()
+        message = {"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "ts": ts,
+                   "text": params.get("text", ""), "blocks": params.get("blocks") or [], "team": self.team}
+        if params.get("thread_ts"):
+            message["thread_ts"] = params["thread_ts"]
+        self._store(channel, message)
+        return {"channel": channel, "ts": ts, "message": message}
+
+    def _m_chat_postEphemeral(self, params: dict[str, Any]) -> dict[str, Any]:
+        problem = self._check_message(params) or ("" if params.get("user") else "user_not_found")
+        if problem:
+            return {"ok": False, "error": problem}
+        return {"message_ts": self.next_ts()}
+
+    def _check_message(self, params: dict[str, Any]) -> str:
+        channel = str(params.get("channel", ""))
+        if not channel:
+            return "channel_not_found"
+        if channel in self.not_member:
+            return "not_in_channel"
+        return message_problem(params)
+
+    def _m_chat_getPermalink(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        if self.message(channel, ts) is None:
+            return {"ok": False, "error": "message_not_found"}
+        return {"channel": channel, "permalink": self.permalink_of(channel, ts)}
+
+    def _m_conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        thread = self.thread(channel, ts)
+        if not thread:
+            return {"ok": False, "error": "thread_not_found"}
+        limit = int(params.get("limit") or 1000)
+        start = int(params.get("cursor") or 0)
+        page = thread[start : start + limit]
+        more = start + limit < len(thread)
+        return {"messages": page, "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
+
+    def _m_conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = str(params.get("channel", ""))
+        messages = [m for m in self.messages.get(channel, ()) if not m.get("thread_ts") or m["thread_ts"] == m["ts"]]
+        latest = str(params.get("latest") or "")
+        if latest:
+            inclusive = str(params.get("inclusive", "")).lower() in ("1", "true")
+            messages = [m for m in messages if m["ts"] < latest or (inclusive and m["ts"] == latest)]
+        limit = int(params.get("limit") or 100)
+        return {"messages": sorted(messages, key=lambda m: str(m["ts"]), reverse=True)[:limit], "has_more": False}
+
+    def _m_conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = str(params.get("users", "")).split(",")[0]
+        return {"channel": {"id": f"D{user}"}}
+
+    def _m_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = self.users.get(str(params.get("user", "")))
+        if user is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {"user": {"id": user.id, "team_id": self.team, "name": user.name.lower(), "real_name": user.name,
+                         "is_admin": user.admin, "is_owner": user.owner, "is_bot": user.id == BOT_USER,
+                         "profile": {"display_name": user.name, "real_name": user.name}}}
+
+    def _m_reactions_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = (str(params.get("channel")), str(params.get("timestamp")), str(params.get("name")))
+        if self.message(key[0], key[1]) is None:
+            return {"ok": False, "error": "message_not_found"}
+        if key in self.reactions:
+            return {"ok": False, "error": "already_reacted"}
+        self.reactions.add(key)
+        return {}
+
+    def _m_reactions_remove(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = (str(params.get("channel")), str(params.get("timestamp")), str(params.get("name")))
+        if key not in self.reactions:
+            return {"ok": False, "error": "no_reaction"}
+        self.reactions.discard(key)
+        return {}
+
+    def _m_files_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        found = self.files.get(str(params.get("file", "")))
+        if found is None:
+            return {"ok": False, "error": "file_not_found"}
+        return {"file": found.meta}
+
+    def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not params.get("filename") or not params.get("length"):
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = f"FUP{next(self._counter):05d}"
+        self.uploads[file_id] = _Upload(file_id, str(params["filename"]))
+        return {"upload_url": f"{self.root}/upload/{file_id}", "file_id": file_id}
+
+    def _m_files_completeUploadExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        files = params.get("files")
+        entries = json.loads(files) if isinstance(files, str) else files or []
+        done = []
+        for entry in entries:
+            upload = self.uploads.get(str(entry.get("id")))
+            if upload is None or not upload.data:
+                return {"ok": False, "error": "file_not_found"}
+            upload.channel = str(params.get("channel_id") or "")
+            upload.thread_ts = str(params.get("thread_ts") or "")
+            upload.title = str(entry.get("title") or upload.filename)
+            done.append({"id": upload.file_id, "title": upload.title, "name": upload.filename})
+        return {"files": done}
+
+    async def _receive_upload(self, request: web.Request) -> web.Response:
+        upload = self.uploads.get(request.match_info["file_id"])
+        if upload is None:
+            return web.Response(status=404, text="no such upload")
+        upload.data = await request.read()
+        return web.Response(text=f"OK - {len(upload.data)}")
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization", "") != f"Bearer {self.download_token}":
+            # What Slack does for a missing or wrong token: a sign-in page, status 200.
+            return web.Response(body=LOGIN_PAGE, content_type="text/html")
+        path = request.match_info["path"]
+        for stored in self.files.values():
+            if stored.meta["url_private_download"].endswith("/files-pri/" + path):
+                return web.Response(body=stored.data, content_type=stored.meta["mimetype"])
+        return web.Response(status=404, text="not found")
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        self.responses.append((request.path, await request.json(), time.perf_counter()))
+        return web.Response(text="ok")
+
+    # -- Socket Mode ----------------------------------------------------------------------
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        socket = _Socket(ws)
+        self._sockets.append(socket)
+        await ws.send_str(json.dumps({"type": "hello", "num_connections": len(self._sockets),
+                                      "connection_info": {"app_id": APP_ID}}))
+        self._socket_ready.set()
+        try:
+            async for frame in ws:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                ack = json.loads(frame.data)
+                waiter = socket.acks.pop(str(ack.get("envelope_id")), None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(ack)
+        finally:
+            self._sockets.remove(socket)
+            if not self._sockets:
+                self._socket_ready.clear()
+        return ws
+
+    async def wait_connected(self, timeout: float = 10.0) -> None:
+        await asyncio.wait_for(self._socket_ready.wait(), timeout)
+
+    async def _push(
+        self, kind: str, payload: Any, retry: int = 0, raw: str | None = None, ack_timeout: float = ACK_TIMEOUT_S
+    ) -> Delivery:
+        """Sends an envelope and waits for its acknowledgement; status 0 when none came in
+        ``ack_timeout`` seconds (bolt does not acknowledge what it failed to process)."""
+        await self.wait_connected()
+        socket = self._sockets[-1]
+        envelope_id = f"env-{next(self._counter)}"
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        socket.acks[envelope_id] = waiter
+        envelope = {"envelope_id": envelope_id, "type": kind, "accepts_response_payload": kind != "events_api",
+                    "payload": payload}
+        if kind == "events_api":
+            envelope.update({"retry_attempt": retry, "retry_reason": "timeout" if retry else ""})
+        sent = time.perf_counter()
+        await socket.ws.send_str(raw if raw is not None else json.dumps(envelope))
+        if raw is not None:
+            socket.acks.pop(envelope_id, None)
+            return Delivery(0, "", 0.0, sent)
+        try:
+            ack = await asyncio.wait_for(waiter, ack_timeout)
+        except TimeoutError:
+            socket.acks.pop(envelope_id, None)
+            return Delivery(0, "", ack_timeout, sent)
+        return Delivery(200, json.dumps(ack.get("payload") or {}), time.perf_counter() - sent, sent)
+
+    # -- delivering to the app --------------------------------------------------------------
+
+    async def post_http(
+        self,
+        body: str,
+        content_type: str,
+        *,
+        retry: int = 0,
+        timestamp: str | None = None,
+        secret: str | None = None,
+    ) -> Delivery:
+        """POSTs ``body`` to the app as Slack does, signed with ``secret`` (default: the real
+        one) at ``timestamp`` (default: now)."""
+        assert self._session is not None and self.app_url, "the app's URL is not set"
+        stamp = timestamp or str(int(time.time()))
+        headers = {
+            "Content-Type": content_type,
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": sign(self.signing_secret if secret is None else secret, stamp, body),
+        }
+        if retry:
+            headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
+        sent = time.perf_counter()
+        async with self._session.post(self.app_url, data=body.encode(), headers=headers) as response:
+            text = await response.text()
+            return Delivery(response.status, text, time.perf_counter() - sent, sent)
+
+    async def deliver_event(self, event: dict[str, Any], *, event_id: str = "", retry: int = 0) -> Delivery:
+        """Wraps ``event`` in an ``event_callback`` and delivers it (again, with the same
+        ``event_id``, when retrying)."""
+        body = self.event_callback(event, event_id)
+        return await self.deliver_callback(body, retry=retry)
+
+    def event_callback(self, event: dict[str, Any], event_id: str = "") -> dict[str, Any]:
+        return {
+            "token": "legacy-verification-token",
+            "team_id": self.team,
+            "api_app_id": APP_ID,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{next(self._counter):08d}",
+            "event_time": int(time.time()),
+            "authorizations": [{"enterprise_id": None, "team_id": self.team, "user_id": BOT_USER, "is_bot": True,
+                                "is_enterprise_install": False}],
+            "is_ext_shared_channel": False,
+        }
+
+    async def deliver_callback(
+        self, body: dict[str, Any], *, retry: int = 0, ack_timeout: float = ACK_TIMEOUT_S
+    ) -> Delivery:
+        if self.mode == "socket":
+            return await self._push("events_api", body, retry, ack_timeout=ack_timeout)
+        return await self.post_http(json.dumps(body), "application/json", retry=retry)
+
+    async def deliver_form(self, kind: str, fields: dict[str, str]) -> Delivery:
+        """A slash command (``kind`` ``slash_commands``, the form's fields) or an interaction
+        (``interactive``, fields ``{"payload": json}``)."""
+        if self.mode == "socket":
+            payload: Any = json.loads(fields["payload"]) if kind == "interactive" else fields
+            return await self._push(kind, payload)
+        return await self.post_http(urllib.parse.urlencode(fields), "application/x-www-form-urlencoded")
+
+    async def deliver_raw_socket(self, text: str) -> None:
+        """Sends any text over the socket (to test malformed frames); nothing is awaited."""
+        await self._push("events_api", None, raw=text)
+
+    # -- what people do ---------------------------------------------------------------------
+
+    def _user_message(self, channel: str, user: str, text: str, thread_ts: str | None, im: bool) -> dict[str, Any]:
+        ts = self.next_ts()
+        message: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": ts, "team": self.team,
+                                   "channel": channel, "event_ts": ts, "channel_type": "im" if im else "channel",
+                                   "client_msg_id": f"cm-{ts}"}
+        if thread_ts:
+            message["thread_ts"] = thread_ts
+        return message
+
+    def say(self, channel: str, user: str, text: str, *, thread_ts: str | None = None, im: bool = False) -> dict[str, Any]:
+        """A person posts ``text`` (stored, nothing delivered yet); the message as Slack keeps it."""
+        return self._store(channel, self._user_message(channel, user, text, thread_ts, im))
+
+    def events_for(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The events Slack sends for a person's message: ``message``, and ``app_mention`` too
+        when it tags the bot outside a direct conversation."""
+        events = [dict(message)]
+        if message.get("channel_type") != "im" and f"<@{BOT_USER}>" in str(message.get("text", "")):
+            mention = {k: message[k] for k in ("user", "text", "ts", "channel", "event_ts", "team")}
+            mention["type"] = "app_mention"
+            if message.get("thread_ts"):
+                mention["thread_ts"] = message["thread_ts"]
+            events.append(mention)
+        return events
+
+    async def user_says(
+        self, channel: str, user: str, text: str, *, thread_ts: str | None = None, im: bool = False
+    ) -> tuple[dict[str, Any], list[Delivery]]:
+        """:meth:`say`, then every event of :meth:`events_for` delivered."""
+        message = self.say(channel, user, text, thread_ts=thread_ts, im=im)
+        return message, [await self.deliver_event(event) for event in self.events_for(message)]
+
+    def add_file(self, user: str, name: str, data: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
+        file_id = f"F{next(self._counter):06d}"
+        path = f"{self.team}-{file_id}"
+        meta = {
+            "id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".", 1)[-1],
+            "user": user, "size": len(data), "mode": "hosted", "is_external": False,
+            "url_private": f"{self.root}/files-pri/{path}/{name}",
+            "url_private_download": f"{self.root}/files-pri/{path}/download/{name}",
+            "permalink": f"{self.root}/files/{user}/{file_id}/{name}",
+        }
+        self.files[file_id] = _File(meta, data)
+        return meta
+
+    async def share_file(
+        self, channel: str, user: str, name: str, data: bytes, *, mimetype: str = "text/plain",
+        text: str = "", also_file_shared: bool = False, im: bool = False,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A person shares a file: the ``message`` (subtype ``file_share``) event, and with
+        ``also_file_shared`` the ``file_shared`` event Slack sends too when subscribed."""
+        meta = self.add_file(user, name, data, mimetype)
+        message = self._user_message(channel, user, text, None, im)
+        message.update({"subtype": "file_share", "files": [meta], "upload": False, "display_as_bot": False})
+        self._store(channel, message)
+        await self.deliver_event(dict(message))
+        if also_file_shared:
+            await self.deliver_event({"type": "file_shared", "channel_id": channel, "file_id": meta["id"],
+                                      "user_id": user, "file": {"id": meta["id"]}, "event_ts": self.next_ts()})
+        return message, meta
+
+    def _pin_event(self, kind: str, channel: str, user: str, ts: str) -> dict[str, Any]:
+        message = dict(self.message(channel, ts) or {"ts": ts})
+        message["permalink"] = self.permalink_of(channel, ts)
+        message.pop("channel", None)
+        return {"type": kind, "user": user, "channel_id": channel,
+                "item": {"type": "message", "channel": channel, "created_by": user, "message": message},
+                "event_ts": self.next_ts()}
+
+    async def pin(self, channel: str, user: str, ts: str) -> Delivery:
+        return await self.deliver_event(self._pin_event("pin_added", channel, user, ts))
+
+    async def unpin(self, channel: str, user: str, ts: str) -> Delivery:
+        return await self.deliver_event(self._pin_event("pin_removed", channel, user, ts))
+
+    async def slash(self, channel: str, user: str, text: str, command: str = "/raptor") -> Delivery:
+        fields = {
+            "token": "legacy-verification-token", "team_id": self.team, "team_domain": "stand-in",
+            "channel_id": channel, "channel_name": channel.lower(), "user_id": user,
+            "user_name": self.users[user].name if user in self.users else user, "command": command, "text": text,
+            "api_app_id": APP_ID, "response_url": f"{self.root}/respond/{next(self._counter)}",
+            "trigger_id": f"{next(self._counter)}.1.x",
+        }
+        return await self.deliver_form("slash_commands", fields)
+
+    async def click(self, channel: str, user: str, message: Mapping[str, Any], action_id: str, value: str) -> Delivery:
+        """A person clicks a button (``action_id``, ``value``) of a message the bot posted."""
+        container: dict[str, Any] = {"type": "message", "message_ts": message["ts"], "channel_id": channel,
+                                     "is_ephemeral": False}
+        if message.get("thread_ts"):
+            container["thread_ts"] = message["thread_ts"]
+        payload = {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team},
+            "api_app_id": APP_ID, "token": "legacy-verification-token",
+            "container": container, "trigger_id": f"{next(self._counter)}.1.x",
+            "team": {"id": self.team, "domain": "stand-in"},
+            "channel": {"id": channel, "name": channel.lower()},
+            "message": dict(message),
+            "response_url": f"{self.root}/respond/{next(self._counter)}",
+            "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
+                         "action_ts": self.next_ts(), "text": {"type": "plain_text", "text": "x"}}],
+        }
+        return await self.deliver_form("interactive", {"payload": json.dumps(payload)})
+
+
+def message_problem(params: Mapping[str, Any]) -> str:
+    """Slack's error for a message over its limits, or empty when it is acceptable."""
+    text = params.get("text") or ""
+    blocks = params.get("blocks")
+    if isinstance(blocks, str):
+        try:
+            blocks = json.loads(blocks)
+        except ValueError:
+            return "invalid_blocks_format"
+    if not text and not blocks:
+        return "no_text"
+    if len(str(text)) > MAX_TEXT:
+        return "msg_too_long"
+    if blocks is None:
+        return ""
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        return "invalid_blocks"
+    ids: set[str] = set()
+    for block in blocks:
+        if not isinstance(block, dict) or not _block_ok(block):
+            return "invalid_blocks"
+        block_id = block.get("block_id")
+        if block_id is not None:
+            if block_id in ids or not (0 < len(str(block_id)) <= MAX_BLOCK_ID):
+                return "invalid_blocks"
+            ids.add(block_id)
+    return ""
+
+
+def _text_ok(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("text"), str) and 0 < len(obj["text"]) <= MAX_SECTION_TEXT
+
+
+def _button_ok(element: Any) -> bool:
+    if not isinstance(element, dict) or element.get("type") != "button":
+        return False
+    label = element.get("text") or {}
+    return (isinstance(label.get("text"), str) and 0 < len(label["text"]) <= MAX_BUTTON_TEXT
+            and len(str(element.get("value", ""))) <= MAX_BUTTON_VALUE and bool(element.get("action_id")))
+
+
+def _block_ok(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    if kind == "section":
+        accessory = block.get("accessory")
+        return _text_ok(block.get("text")) and (accessory is None or _button_ok(accessory))
+    if kind == "context":
+        elements = block.get("elements")
+        return (isinstance(elements, list) and 0 < len(elements) <= MAX_CONTEXT_ELEMENTS
+                and all(_text_ok(e) for e in elements))
+    if kind == "actions":
+        elements = block.get("elements")
+        action_ids = [e.get("action_id") for e in elements or () if isinstance(e, dict)]
+        return (isinstance(elements, list) and 0 < len(elements) <= MAX_ACTION_ELEMENTS
+                and all(_button_ok(e) for e in elements) and len(set(action_ids)) == len(action_ids))
+    return kind in ("divider", "header", "image")
+
+
+async def _params(request: web.Request) -> dict[str, Any]:
+    """A call's parameters as slack_sdk sends them: query string, form body, or JSON body."""
+    params: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        content_type = request.content_type
+        if content_type == "application/json":
+            body = await request.json()
+            if isinstance(body, dict):
+                params.update(body)
+        elif content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.post()
+            params.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return params
+
+
+def lines_of(posts: Sequence[Mapping[str, Any]]) -> str:
+    """The fallback texts of posted messages, joined (for assertions)."""
+    return "\n".join(str(p.get("text", "")) for p in posts)
+
+
+# -- running the real adapter against the stand-in ---------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def slack_config(slack: SlackStandIn, mode: str, command: str = "/raptor") -> Any:
+    """A ``SlackConfig`` pointing the adapter at the stand-in (HTTP mode on a free loopback port)."""
+    from bot.config import SlackConfig
+
+    return SlackConfig(
+        bot_token=slack.bot_token, app_token=slack.app_token, signing_secret=slack.signing_secret,
+        mode=mode, api_base_url=slack.base_url, http_host="127.0.0.1", http_port=free_port(), command=command,
+    )
+
+
+@contextlib.asynccontextmanager
+async def app_running(bot: Any, slack: SlackStandIn, mode: str, **options: Any) -> AsyncIterator[Any]:
+    """Runs ``adapters.slack.app.run_slack`` for ``bot`` against ``slack`` in ``mode`` (the
+    stand-in delivers events the same way), yields the ``SlackRunning`` it reported, and
+    cancels it at the end (re-raising anything it raised)."""
+    from adapters.slack.app import run_slack
+
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    config = options.pop("config", None) or slack_config(slack, mode)
+    task = asyncio.create_task(run_slack(bot, config, on_ready=ready.set_result, **options))
+    done, _ = await asyncio.wait({task, ready}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()  # raises what run_slack raised
+    if ready not in done:
+        task.cancel()
+        raise TimeoutError("the Slack app did not become ready")
+    running = ready.result()
+    slack.mode = mode
+    slack.app_url = running.url
+    if mode == "socket":
+        await slack.wait_connected()
+    try:
+        yield running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
