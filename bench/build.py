@@ -28,6 +28,7 @@ from bench.common import (
     TimedEmbedder,
     article_document,
     base_parser,
+    children_peak_rss_mib,
     data_dir,
     heading,
     load_articles,
@@ -209,7 +210,7 @@ def size_tables(results: Sequence[SizeResult], runs: Sequence[Sequence[SizeResul
     return "\n\n".join([sizes, "Wall seconds per stage (rb = Engine.rebuild's stage_seconds):\n" + stages, totals])
 
 
-def target_lines(result: SizeResult, available: int) -> list[str]:
+def target_lines(result: SizeResult, available: int, worker_mib: float) -> list[str]:
     """PASS/FAIL of the targets, judged on the largest build."""
     scope = ""
     if result.articles != available:
@@ -218,9 +219,10 @@ def target_lines(result: SizeResult, available: int) -> list[str]:
         f"total build / embedding only = {result.ratio:.2f} (target <= {TARGET_RATIO:.1f}x): "
         f"{verdict(result.ratio <= TARGET_RATIO)}{scope}"
     )
+    together = result.peak_rss_mib + worker_mib
     memory = (
-        f"peak RSS = {result.peak_rss_mib:.0f} MiB (target < {TARGET_PEAK_MIB:.0f} MiB = 2.5 GiB): "
-        f"{verdict(result.peak_rss_mib < TARGET_PEAK_MIB)}{scope}"
+        f"peak RSS = {result.peak_rss_mib:.0f} MiB + {worker_mib:.0f} MiB of the clustering worker process = "
+        f"{together:.0f} MiB (target < {TARGET_PEAK_MIB:.0f} MiB = 2.5 GiB): {verdict(together < TARGET_PEAK_MIB)}{scope}"
     )
     return [ratio, memory]
 
@@ -265,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if notes:
         print("\n".join(notes))
     print(heading("Targets"))
-    lines = target_lines(results[-1], len(articles))
+    worker_mib = children_peak_rss_mib()
+    lines = target_lines(results[-1], len(articles), worker_mib)
     print("\n".join(lines))
     print("\n" + machine_line("machine at end"))
     write_json(args.json, {
@@ -281,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ratio_max": TARGET_RATIO,
             "peak_rss_mib_max": TARGET_PEAK_MIB,
             "ratio_pass": results[-1].ratio <= TARGET_RATIO,
-            "peak_rss_pass": results[-1].peak_rss_mib < TARGET_PEAK_MIB,
+            "worker_peak_rss_mib": worker_mib,
+            "peak_rss_pass": results[-1].peak_rss_mib + worker_mib < TARGET_PEAK_MIB,
             "judged_on_articles": results[-1].articles,
         },
     })

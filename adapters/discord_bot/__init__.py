@@ -2,8 +2,9 @@
 
 ``translate`` holds the pure translation of Discord's objects into neutral
 events, ``render`` the pure rendering of replies as messages within Discord's
-limits, and ``client`` the discord.py client and :func:`run_discord`, the
-entry point ``python -m bot`` calls when ``discord.token`` is set.
+limits, ``sending`` posts them, ``connection`` keeps discord.py connected, and
+``client`` holds the discord.py client and :func:`run_discord`, the entry point
+``python -m bot`` calls when ``discord.token`` is set.
 
 (Never name a module here ``discord``: it would shadow the SDK.)
 """

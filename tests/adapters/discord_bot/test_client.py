@@ -19,7 +19,8 @@ from typing import Any
 import discord
 import pytest
 
-from adapters.discord_bot.client import ChannelSend, run_discord
+from adapters.discord_bot.client import run_discord
+from adapters.discord_bot.sending import ChannelSend
 from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from raptor_engine.engine import Engine
 from raptor_engine.types import SourceKind

@@ -16,7 +16,9 @@ import discord
 import pytest
 
 from adapters.discord_bot import render, translate
-from adapters.discord_bot.client import api_base, command_name, message_arguments
+from adapters.discord_bot.client import command_name
+from adapters.discord_bot.connection import api_base
+from adapters.discord_bot.sending import message_arguments
 from adapters.discord_bot.translate import CastVote, OpenNode, Place, Scope
 from bot.chat import (
     Attachment,

@@ -1,0 +1,265 @@
+"""Sending the bot's replies to Discord: to a channel (as a reply or in a thread), or as an
+interaction's follow-ups; and showing "typing" while the bot works.
+
+Both senders never raise: a failed post is logged with a short reference and a short
+message naming it is posted where it can be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+import discord
+
+from adapters.discord_bot import render
+from adapters.discord_bot.render import Outgoing
+from bot.chat import Reply
+from bot.handler import new_reference
+
+if TYPE_CHECKING:
+    from adapters.discord_bot.client import RaptorClient
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY_S = 8.0  # Discord shows "typing" for 10 s after each request
+TYPING_TIMEOUT_S = 2.0  # a slow typing request must not hold the work up
+FOLLOWUP_TOKEN_S = 14 * 60  # interaction tokens last 15 minutes; past this, post in the channel instead
+ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
+
+
+# -- sending ---------------------------------------------------------------------------------
+
+
+class ChannelSend:
+    """The ``Send`` of an event that came as a message or a pin: posts in its channel (or
+    thread), each reply's first message as a Discord reply to ``reply_to``. With
+    ``thread_name``, the first reply opens a thread from ``reply_to`` and everything
+    goes there (falling back to the channel if the thread cannot be made).
+
+    A failure to post is logged with a reference and a short message naming it is
+    posted instead; it never raises (the failure is reported, not passed on)."""
+
+    def __init__(self, channel: Any, reply_to: discord.Message | discord.PartialMessage | None = None,
+                 thread_name: str | None = None) -> None:
+        self._channel = channel
+        self._reply_to = reply_to
+        self._thread_name = thread_name
+        self._destination: Any = None
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, reply: Reply) -> None:
+        async with self._lock:  # one reply's messages stay together, in order
+            destination = await self._target()
+            reference = None
+            if self._reply_to is not None and destination is self._channel:
+                reference = self._reply_to.to_reference(fail_if_not_exists=False)
+            try:
+                for index, outgoing in enumerate(render.render_reply(reply)):
+                    await destination.send(**message_arguments(outgoing), reference=reference if index == 0 else None)
+            except Exception:
+                reference_id = new_reference()
+                log.exception("posting a reply (%s: %.60r) in channel %s failed (reference %s)",
+                              reply.kind.value, reply.text, destination.id, reference_id)
+                await self._notify(destination, reference_id)
+
+    async def destination(self) -> Any:
+        """Where the replies go: the thread, opened now if it is to be and is not yet, or the channel."""
+        async with self._lock:
+            return await self._target()
+
+    async def _target(self) -> Any:
+        if self._destination is not None:
+            return self._destination
+        self._destination = self._channel
+        if self._thread_name and isinstance(self._reply_to, discord.Message):
+            try:
+                self._destination = await self._reply_to.create_thread(name=self._thread_name)
+            except (discord.HTTPException, OSError) as exc:
+                log.warning("cannot open a thread on message %s (%s); replying in the channel", self._reply_to.id, exc)
+        return self._destination
+
+    async def _notify(self, destination: Any, reference: str) -> None:
+        notice = render.send_failed_reply(reference)
+        try:
+            await destination.send(content=render.reply_text(notice))
+        except Exception:
+            log.exception("could not post the failure notice either (reference %s)", reference)
+
+
+class InteractionSend:
+    """The ``Send`` of a slash command or button press: follow-ups to the interaction.
+
+    After a "thinking" defer the first follow-up replaces the deferred message and
+    takes its visibility (Discord's rule); when a reply's privacy differs from the
+    defer's, the deferred message is deleted first so the follow-up has its own.
+    ``always_private`` makes every reply ephemeral (button presses). Past the
+    interaction token's life (15 minutes; a long rebuild's result) replies are posted
+    in the channel instead. Like :class:`ChannelSend`, it reports failures, never raises.
+    """
+
+    def __init__(self, client: RaptorClient, interaction: discord.Interaction, always_private: bool = False) -> None:
+        self._client = client
+        self._interaction = interaction
+        self._always_private = always_private
+        self._pending = False  # a "thinking" message waits for its first follow-up
+        self._pending_private = False
+        self._started = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def defer(self, thinking: bool, ephemeral: bool) -> bool:
+        """Acknowledges the interaction (first, within Discord's 3 s); False if that failed
+        (then it is logged, and said in the channel where possible)."""
+        try:
+            await self._interaction.response.defer(thinking=thinking, ephemeral=ephemeral)
+        except Exception:
+            reference = new_reference()
+            log.exception("acknowledging interaction %s failed (reference %s)", self._interaction.id, reference)
+            channel = self._channel()
+            if channel is not None:
+                with suppress(Exception):
+                    await channel.send(content=render.reply_text(render.failure_reply(reference)))
+            return False
+        self._pending, self._pending_private = thinking, ephemeral
+        return True
+
+    async def __call__(self, reply: Reply) -> None:
+        private = reply.private or self._always_private
+        async with self._lock:
+            for outgoing in render.render_reply(reply):
+                try:
+                    await self._send(outgoing, private)
+                except Exception:
+                    reference = new_reference()
+                    log.exception("posting a reply (%s: %.60r) to interaction %s failed (reference %s)",
+                                  reply.kind.value, reply.text, self._interaction.id, reference)
+                    await self._notify(reference, private)
+                    return
+
+    async def finish(self) -> None:
+        """After the handler returned: a "thinking" message nothing replaced is removed, so
+        it does not think forever."""
+        async with self._lock:
+            if self._pending:
+                self._pending = False
+                with suppress(discord.HTTPException, OSError):
+                    await self._interaction.delete_original_response()
+
+    async def _send(self, outgoing: Outgoing, private: bool) -> None:
+        if time.monotonic() - self._started > FOLLOWUP_TOKEN_S:
+            channel = self._channel()
+            if channel is not None:
+                await channel.send(**message_arguments(outgoing))
+                return
+        if self._pending and private != self._pending_private:
+            with suppress(discord.NotFound):
+                await self._interaction.delete_original_response()
+            self._pending = False
+        await self._interaction.followup.send(**message_arguments(outgoing), ephemeral=private, wait=True)
+        self._pending = False
+
+    async def _notify(self, reference: str, private: bool) -> None:
+        content = render.reply_text(render.send_failed_reply(reference))
+        try:
+            await self._interaction.followup.send(content=content, ephemeral=private)
+            return
+        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            log.warning("could not post the failure notice as a follow-up (reference %s)", reference)
+        channel = self._channel()
+        if channel is not None:
+            with suppress(Exception):
+                await channel.send(content=content)
+
+    def _channel(self) -> Any:
+        channel = self._interaction.channel
+        if channel is None and self._interaction.channel_id is not None:
+            channel = self._client.get_partial_messageable(self._interaction.channel_id)
+        return channel
+
+
+def message_arguments(outgoing: Outgoing) -> dict[str, Any]:
+    """The keyword arguments of ``send`` for one outgoing message."""
+    arguments: dict[str, Any] = {}
+    if outgoing.content:
+        arguments["content"] = outgoing.content
+    if outgoing.embeds:
+        arguments["embeds"] = list(outgoing.embeds)
+    if outgoing.files:
+        arguments["files"] = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in outgoing.files]
+    view = button_view(outgoing.buttons)
+    if view is not None:
+        arguments["view"] = view
+    return arguments
+
+
+def button_view(buttons: tuple[render.ButtonSpec, ...]) -> discord.ui.View | None:
+    """The buttons as a view for sending. It is stopped at once: presses are handled by
+    custom id in ``on_interaction`` (they survive restarts), so discord.py need not keep
+    one view per message in memory."""
+    if not buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for spec in buttons:
+        view.add_item(discord.ui.Button(label=spec.label, custom_id=spec.custom_id, style=spec.style,
+                                        emoji=spec.emoji, row=spec.row))
+    view.stop()
+    return view
+
+
+class Typing:
+    """The "typing" of one channel, refreshed until :meth:`stop` (see :func:`keep_typing`)."""
+
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if await _type_once(self._channel):
+            self._task = asyncio.create_task(_keep_typing(self._channel))
+
+    def stop(self) -> None:
+        """No more typing requests (Discord's indicator fades within 10 s, or at the next message)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def close(self) -> None:
+        self.stop()
+        if self._task is not None:
+            with suppress(asyncio.CancelledError):
+                await self._task
+
+
+@asynccontextmanager
+async def keep_typing(channel: Any) -> AsyncIterator[Typing]:
+    """Shows "typing" in ``channel`` while the block runs: the first request before the
+    block starts (it is the person's sign that the bot got the message), then one every
+    few seconds. Best effort: a refused or slow typing request is logged and the work
+    goes on."""
+    typing = Typing(channel)
+    await typing.start()
+    try:
+        yield typing
+    finally:
+        await typing.close()
+
+
+async def _type_once(channel: Any) -> bool:
+    try:
+        await asyncio.wait_for(channel.typing(), TYPING_TIMEOUT_S)
+        return True
+    except (discord.HTTPException, OSError, TimeoutError) as exc:
+        log.info("cannot show typing in channel %s: %s", getattr(channel, "id", "?"), exc or type(exc).__name__)
+        return False
+
+
+async def _keep_typing(channel: Any) -> None:
+    while True:
+        await asyncio.sleep(TYPING_EVERY_S)
+        if not await _type_once(channel):
+            return
+
