@@ -35,6 +35,10 @@ bench: $(STAMP)
 	$(PY) -m bench.build
 	$(PY) -m bench.query
 	$(PY) -m bench.retrieval
+	$(PY) -m bench.llm_build
+	$(PY) -m bench.chat
+	$(PY) -m bench.slack_chat --mode both
+	$(PY) -m bench.discord_chat
 
 clean:
 	rm -rf $(VENV) .cache data
