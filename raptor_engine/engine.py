@@ -439,7 +439,10 @@ class Engine:
         """An answer to ``question`` from the channel's material, citing the nodes it used."""
         with self._gate.foreground():
             hits = await asyncio.to_thread(self._retrieve, key, question, settings)
-            return await self._answerer.answer(question, hits)
+            if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
+                return await self._answerer.answer(question, hits)
+        # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
+        return await self._answerer.answer(question, hits)
 
     # -- inspecting ------------------------------------------------------------
 
