@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,3 +306,57 @@ def test_votes_are_stored_with_the_question_and_answer(engine: Engine, channel: 
         assert stale.kind is ReplyKind.ERROR and "no longer kept" in stale.text
 
     run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_chroma_going_away_is_a_clear_reply_and_the_bot_keeps_going(
+    embedder: Any, channel: ChannelKey, tmp_path: Path
+) -> None:
+    from raptor_engine.store import ChromaStore
+    from tests.conftest import make_engine, start_chroma_server
+
+    process, port = start_chroma_server(tmp_path / "db", tmp_path / "server.log")
+    engine = make_engine(ChromaStore.remote("127.0.0.1", port), embedder)
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m-1"))
+        assert (await s.do(Question(channel, GUEST, "When are deploys frozen?"))).kind is ReplyKind.ANSWER
+        process.terminate()
+        process.wait(timeout=15)
+        for event in (Question(channel, GUEST, "When are deploys frozen?"), s.command(GUEST, "status"),
+                      s.pin(OTHER_NOTE, "m-2")):
+            reply = await s.do(event)
+            assert reply.kind is ReplyKind.ERROR and "Chroma" in reply.text, reply.text
+
+    try:
+        run(engine, make_config(tmp_path, channel), channel, body)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_a_failing_model_endpoint_is_a_clear_reply(embedder: Any, channel: ChannelKey, tmp_path: Path) -> None:
+    from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings
+    from raptor_engine.store import ChromaStore
+    from tests.fakes.openai_stub import Behaviour, running_stub
+
+    with running_stub() as stub:
+        settings = LLMSettings(base_url=stub.base_url, model="stub-model", max_retries=1, backoff_base_s=0.01,
+                               timeout_s=1.0)
+        with LLMClient(settings) as client:
+            counter = embedder.token_counter()
+            from raptor_engine.summarizing import ExtractiveSummarizer
+
+            engine = Engine(ChromaStore.embedded(tmp_path / "chroma"), embedder, counter,
+                            ExtractiveSummarizer(counter), LLMAnswerer(client, settings))
+
+            async def body(s: Session) -> None:
+                await s.do(s.pin(NOTE, "m-1"))
+                for behaviour, said in ((Behaviour.error(500), "HTTP 500"), (Behaviour.hang(), "did not answer"),
+                                        (Behaviour.malformed(), "unusable response")):
+                    stub.default = behaviour
+                    reply = await s.do(Question(channel, GUEST, "When are deploys frozen?"))
+                    assert reply.kind is ReplyKind.ERROR and said in reply.text, reply.text
+                stub.default = Behaviour.ok()
+                assert (await s.do(Question(channel, GUEST, "When are deploys frozen?"))).kind is ReplyKind.ANSWER
+
+            run(engine, make_config(tmp_path, channel), channel, body)
