@@ -18,7 +18,16 @@ from bot.commands import COMMANDS
 from bot.errors import explain
 from raptor_engine.answering import quote
 from raptor_engine.errors import DocumentRejected
-from raptor_engine.types import Answer, Citation, Node, NodeView, Source, TreeStats
+from raptor_engine.tree import BuildProgress
+from raptor_engine.types import (
+    Answer,
+    BuildReport,
+    Citation,
+    Node,
+    NodeView,
+    Source,
+    TreeStats,
+)
 
 if TYPE_CHECKING:
     from bot.scheduler import ScheduleStatus
@@ -189,6 +198,38 @@ def rejected_text(error: DocumentRejected) -> str:
 # -- commands, limits, errors --------------------------------------------------
 
 
+def progress_text(event: BuildProgress) -> str:
+    """One line saying where a build is, e.g. ``Rebuilding: 40 of 120 summaries (layer 1)…``."""
+    if event.stage == "embed":
+        return f"Rebuilding: embedded {event.done:,} of {_count(event.total, 'excerpt')}…"
+    if event.stage == "subtrees":
+        return f"Rebuilding: {event.done:,} of {_count(event.total, 'source tree')} built…"
+    if event.stage == "cluster":
+        return f"Rebuilding: clustering layer {event.layer}…"
+    if event.stage == "summarise":
+        return f"Rebuilding: {event.done:,} of {_count(event.total, 'summary', 'summaries')} (layer {event.layer})…"
+    return f"Rebuilding: {event.stage}…"
+
+
+def report_sentence(report: BuildReport) -> str:
+    """The build report in one sentence, e.g. "Rebuilt: tree v3 from 15 sources, 1,152 nodes in
+    6 layers (977 excerpts); 12 summaries written, 160 reused; 4 language-model calls, 3,100 tokens;
+    18.9 s." The model part is left out when no model was called."""
+    nodes = _count(sum(report.nodes_per_layer.values()), "node")
+    layers = _count(len(report.nodes_per_layer), "layer")
+    tree = f"Rebuilt: tree v{report.version} from {_count(report.sources, 'source')}, {nodes} in {layers}"
+    summaries = _count(report.summaries_made, "summary", "summaries")
+    parts = [
+        f"{tree} ({_count(report.leaves, 'excerpt')})",
+        f"{summaries} written, {report.summaries_reused:,} reused",
+    ]
+    if report.model_calls:
+        tokens = report.prompt_tokens + report.completion_tokens
+        parts.append(f"{_count(report.model_calls, 'language-model call')}, {_count(tokens, 'token')}")
+    parts.append(f"{report.wall_seconds:.1f} s.")
+    return "; ".join(parts)
+
+
 def vote_text(up: bool, ups: int, downs: int) -> str:
     """Thanks for a vote, with the answer's tally."""
     return f"Thanks, your {'👍' if up else '👎'} is recorded (this answer: {ups} 👍, {downs} 👎)."
@@ -279,4 +320,4 @@ def when(moment: str | datetime) -> str:
 
 
 def _count(n: int, noun: str, plural: str = "") -> str:
-    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

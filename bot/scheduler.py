@@ -35,10 +35,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot.chat import Reply, ReplyKind, Send
 from bot.config import BotConfig, ScheduleConfig
 from bot.errors import explain
+from bot.replies import progress_text, report_sentence
 from raptor_engine.engine import Engine
 from raptor_engine.errors import RaptorError
 from raptor_engine.tree import BuildProgress
-from raptor_engine.types import BuildReport, ChannelKey, TreeStats
+from raptor_engine.types import ChannelKey, TreeStats
 
 log = logging.getLogger(__name__)
 
@@ -407,42 +408,6 @@ def sources_changed(stats: TreeStats) -> bool:
     if stats.sources == 0:
         return False  # nothing to build from (a channel whose sources were all removed included)
     return stats.pending_sources > 0 or stats.version == 0
-
-
-def progress_text(event: BuildProgress) -> str:
-    """One line saying where a build is, e.g. ``Rebuilding: 40 of 120 summaries (layer 1)…``."""
-    if event.stage == "embed":
-        return f"Rebuilding: embedded {event.done:,} of {_count(event.total, 'excerpt')}…"
-    if event.stage == "subtrees":
-        return f"Rebuilding: {event.done:,} of {_count(event.total, 'source tree')} built…"
-    if event.stage == "cluster":
-        return f"Rebuilding: clustering layer {event.layer}…"
-    if event.stage == "summarise":
-        return f"Rebuilding: {event.done:,} of {_count(event.total, 'summary', 'summaries')} (layer {event.layer})…"
-    return f"Rebuilding: {event.stage}…"
-
-
-def report_sentence(report: BuildReport) -> str:
-    """The build report in one sentence, e.g. "Rebuilt: tree v3 from 15 sources, 1,152 nodes in
-    6 layers (977 excerpts); 12 summaries written, 160 reused; 4 language-model calls, 3,100 tokens;
-    18.9 s." The model part is left out when no model was called."""
-    nodes = _count(sum(report.nodes_per_layer.values()), "node")
-    layers = _count(len(report.nodes_per_layer), "layer")
-    tree = f"Rebuilt: tree v{report.version} from {_count(report.sources, 'source')}, {nodes} in {layers}"
-    summaries = _count(report.summaries_made, "summary", "summaries")
-    parts = [
-        f"{tree} ({_count(report.leaves, 'excerpt')})",
-        f"{summaries} written, {report.summaries_reused:,} reused",
-    ]
-    if report.model_calls:
-        tokens = report.prompt_tokens + report.completion_tokens
-        parts.append(f"{_count(report.model_calls, 'language-model call')}, {_count(tokens, 'token')}")
-    parts.append(f"{report.elapsed_seconds or report.total_seconds:.1f} s.")
-    return "; ".join(parts)
-
-
-def _count(n: int, singular: str, plural: str = "") -> str:
-    return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 
 
 def _job_id(key: ChannelKey) -> str:

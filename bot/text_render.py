@@ -31,7 +31,7 @@ def format_report(report: BuildReport) -> str:
         f"Built tree v{report.version} from {report.sources} source(s): {report.leaves} leaves; {layers}.\n"
         f"Embedded {report.leaves_embedded} leaves (reused {report.leaves_reused}); "
         f"made {report.summaries_made} summaries (reused {report.summaries_reused}). "
-        f"Time {report.elapsed_seconds or report.total_seconds:.1f}s (stages overlap: {stages})."
+        f"Time {report.wall_seconds:.1f}s (stages overlap: {stages})."
         + model_usage(report)
     )
 

@@ -183,6 +183,11 @@ class BuildReport:
     def total_seconds(self) -> float:
         return sum(self.stage_seconds.values())
 
+    @property
+    def wall_seconds(self) -> float:
+        """How long the rebuild took: ``elapsed_seconds`` when measured, else the stages' sum."""
+        return self.elapsed_seconds or self.total_seconds
+
 
 @dataclass(frozen=True, slots=True)
 class TreeStats:

@@ -21,6 +21,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.chat import Reply, ReplyKind
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
+from bot.replies import progress_text, report_sentence
 from bot.scheduler import (
     INTERRUPTED_TEXT,
     MISFIRE_GRACE_S,
@@ -29,8 +30,6 @@ from bot.scheduler import (
     ProgressRelay,
     RebuildScheduler,
     RequestResult,
-    progress_text,
-    report_sentence,
 )
 from raptor_engine.engine import Engine
 from raptor_engine.store import ChromaStore
