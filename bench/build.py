@@ -5,7 +5,7 @@ the articles are ingested (chunked and embedded: timed here, with the time
 spent inside the embedder counted apart), then ``Engine.rebuild`` clusters,
 summarises, embeds the summaries and stores the tree (its own
 ``stage_seconds``). UMAP's one-time import and numba compilation is paid
-first by ``clustering.warm_up()`` and reported on its own.
+first, in the clustering worker process, by ``cluster_worker.warm_up()`` and reported on its own.
 
 Targets (on the build of all 15 articles): the whole build within 2x the time
 of embedding the same leaf chunks alone (batch 32, same model), and the
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm_up_s = warm_up_clustering()
     print(heading("One-time costs (not in any build below)"))
     print(f"embedding model load + first call: {model_load.seconds:.2f} s")
-    print(f"clustering.warm_up() (import umap + numba compilation of UMAP's kernels): {warm_up_s:.2f} s")
+    print(f"clustering.warm_up() in the worker process (start it, import umap, compile UMAP's kernels): {warm_up_s:.2f} s")
     runs = [measure_repeated(articles[:size], embedder, args.repeat) for size in sizes]
     results = [representative(size_runs) for size_runs in runs]
     print(heading("Build per size (fresh channel in a fresh temporary embedded Chroma each)"))

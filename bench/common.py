@@ -254,13 +254,12 @@ class TimedEmbedder:
 
 
 def warm_up_clustering() -> float:
-    """Starts the clustering worker process and pays UMAP's import and numba compilation in
-    it (and in this process, for benchmarks that cluster here) now; returns the seconds it took."""
-    from raptor_engine import cluster_worker, clustering
+    """Starts the clustering worker process and pays UMAP's import and numba compilation in it
+    now (every build clusters there, none in this process); returns the seconds it took."""
+    from raptor_engine import cluster_worker
 
     with Stopwatch() as watch:
         cluster_worker.warm_up()
-        clustering.warm_up()
     return watch.seconds
 
 

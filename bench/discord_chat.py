@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"the data has {len(articles)} articles; {QUESTION_CHANNELS} are needed")
     start_info = start_run()
     embedder = load_embedder()
-    print(f"clustering.warm_up(): {warm_up_clustering():.1f} s (once per process, before the bot starts)")
+    print(f"cluster_worker.warm_up(): {warm_up_clustering():.1f} s (once per process, before the bot starts)")
     with data_dir(None, "bench-discord-") as directory:
         engine = offline_engine(directory, embedder, embedder.token_counter())
         result = asyncio.run(run(args, articles, directory, engine))
