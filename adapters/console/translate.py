@@ -14,6 +14,8 @@ caller runs :func:`parse_line` in a worker thread for that reason.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +53,8 @@ class Notice:
 @dataclass(frozen=True, slots=True)
 class LineContext:
     """Who types, in which channel; the next pin's number; the upload size limit
-    (a file is read up to one byte past it, so the engine refuses it as too large)."""
+    (a file is read up to one byte past it; the upload carries the file's true size,
+    so the engine refuses it as too large and says how large it is)."""
 
     channel: ChannelKey
     person: Person
@@ -82,20 +85,36 @@ def parse_line(line: str, context: LineContext) -> Event | Quit | Notice | None:
 
 def read_upload(path_text: str, context: LineContext) -> Upload | Notice:
     """The file at ``path_text`` (``~`` expanded, surrounding quotes dropped) as an Upload
-    linked by its ``file://`` URI; a Notice saying why when it cannot be read."""
+    linked by its ``file://`` URI, with its true size; a Notice saying why when it cannot
+    be read. Only a regular file is opened: a named pipe or a device would block the read
+    forever, so it is refused from ``stat()``, and the file is opened without blocking
+    and checked again in case it was swapped in between."""
     path = Path(path_text.strip().strip("'\"")).expanduser()
     try:
-        with path.open("rb") as handle:
+        if (notice := _not_a_file(path, path.stat().st_mode)) is not None:
+            return notice
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+            status = os.fstat(handle.fileno())
+            if (notice := _not_a_file(path, status.st_mode)) is not None:
+                return notice
             data = handle.read(context.max_upload_bytes + 1)
     except FileNotFoundError:
         return Notice(f"! There is no file {path}.")
-    except IsADirectoryError:
-        return Notice(f"! {path} is a folder; give the path of a file.")
     except PermissionError:
         return Notice(f"! Permission to read {path} was denied.")
     except OSError as exc:
         return Notice(f"! Cannot read {path}: {exc.strerror or exc}.")
-    return Upload(context.channel, context.person, path.name, data, link=path.resolve().as_uri())
+    return Upload(context.channel, context.person, path.name, data, link=path.resolve().as_uri(), size=status.st_size)
+
+
+def _not_a_file(path: Path, mode: int) -> Notice | None:
+    """A Notice when ``mode`` is not a regular file's; None when it is."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return Notice(f"! {path} is a folder; give the path of a file.")
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+    return Notice(f"! {path} is {kind}, not a regular file; give the path of a saved file.")
 
 
 def pin_event(text: str, context: LineContext) -> Pin:

@@ -85,6 +85,14 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
     assert code == 1 and "no sources" in capsys.readouterr().err
 
 
+@pytest.mark.timeout(120)  # opening the pipe used to block for ever
+def test_ingest_refuses_a_named_pipe_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pipe = tmp_path / "notes.txt"
+    os.mkfifo(pipe)
+    code, _ = run("--data-dir", str(tmp_path / "data"), "ingest", "--channel", "c", str(pipe))
+    assert code == 1 and "notes.txt" in (err := capsys.readouterr().err) and "named pipe" in err
+
+
 def test_process_exit_codes_and_no_traceback(tmp_path: Path) -> None:
     result = bot_process("--data-dir", str(tmp_path), "forget", "--channel", "c", "abcdef123")
     assert result.returncode == 1

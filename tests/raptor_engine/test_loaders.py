@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import random
 import zipfile
 from pathlib import Path
@@ -310,6 +311,7 @@ def test_too_large_file_is_refused_from_stat_before_reading(
         raise AssertionError("file was opened")
 
     monkeypatch.setattr(Path, "open", no_read)
+    monkeypatch.setattr(os, "open", no_read)
     with pytest.raises(DocumentRejected) as info:
         load_file(path, max_bytes=1000)
     assert info.value.reason is RejectReason.TOO_LARGE
@@ -366,16 +368,17 @@ def test_pdf_with_broken_body(good_pdf: bytes) -> None:
     reject(data, "noise.pdf", RejectReason.CORRUPT)
 
 
-def test_pdf_page_cap(good_pdf: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pdf_page_cap_refuses_before_reading_pages(good_pdf: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loaders, "_PDF_MAX_PAGES", 1)
-    assert load_bytes(good_pdf, "long.pdf").text == "Hello world on page one."
+    exc = reject(good_pdf, "long.pdf", RejectReason.TOO_LARGE)
+    assert "2 pages" in exc.detail and "limit of 1" in exc.detail
 
 
-def test_pdf_text_budget_stops_extraction(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The budget (factor x max_bytes characters) is checked between pages.
-    monkeypatch.setattr(loaders, "_PDF_TEXT_FACTOR", 0)
-    text = load_bytes(make_pdf(["A" * 300, "B" * 300, "C" * 300]), "wordy.pdf").text
-    assert text == "A" * 300
+def test_pdf_text_limit_refuses_instead_of_cutting() -> None:
+    pdf = make_pdf(["A" * 300, "B" * 300, "C" * 300])
+    assert len(load_bytes(pdf, "wordy.pdf", max_text_chars=1000).text) == 904
+    exc = reject(pdf, "wordy.pdf", RejectReason.TOO_LARGE, max_text_chars=500)
+    assert "more than 500 bytes of text" in exc.detail
 
 
 def test_encrypted_pdf(good_pdf: bytes) -> None:
@@ -522,3 +525,307 @@ def test_missing_file_and_folder_are_refused_as_unreadable(tmp_path: Path) -> No
     with pytest.raises(DocumentRejected) as directory:
         load_file(folder)
     assert directory.value.reason is RejectReason.UNREADABLE and "folder" in str(directory.value)
+
+
+# --------------------------------------------------------------------------
+# Sizes, special files and limits (issue 11)
+# --------------------------------------------------------------------------
+
+
+def test_true_size_is_named_when_only_the_beginning_was_read() -> None:
+    # Adapters read max_bytes + 1 bytes; the size they know is the one to show.
+    exc = reject(b"x" * 11, "big.txt", RejectReason.TOO_LARGE, max_bytes=10, size=5 * 1024 * 1024)
+    assert exc.detail == "the file is 5 MB, over the limit of 10 bytes"
+    assert load_bytes(b"fits", "small.txt", max_bytes=10, size=4).text == "fits"
+
+
+@pytest.mark.timeout(20)  # the old loader blocked forever on open()
+def test_named_pipe_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "x.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(DocumentRejected) as info:
+        load_file(fifo)
+    assert info.value.reason is RejectReason.UNREADABLE
+    assert "named pipe" in info.value.detail and "not a regular file" in info.value.detail
+
+
+def test_device_behind_a_link_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "zeros.md"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(DocumentRejected) as info:
+        load_file(link)
+    assert info.value.reason is RejectReason.UNREADABLE and "a device" in info.value.detail
+
+
+@pytest.mark.parametrize("filename", ["a.txt", "a.md"])
+def test_plain_text_over_the_text_limit(filename: str) -> None:
+    assert load_bytes(b"word " * 200, filename, max_text_chars=1000).text
+    exc = reject(b"word " * 201, filename, RejectReason.TOO_LARGE, max_text_chars=1000)
+    assert exc.detail == (
+        "the file holds more than 1000 bytes of text, the limit; split it into smaller files "
+        "and send them one by one"
+    )
+
+
+def test_html_and_docx_over_the_text_limit() -> None:
+    html = b"<p>" + b"word " * 400 + b"</p>"
+    assert load_bytes(html, "a.html", max_text_chars=2000).text
+    reject(html, "a.html", RejectReason.TOO_LARGE, max_text_chars=1000)
+    document = make_docx(["word " * 100] * 4)
+    assert load_bytes(document, "a.docx", max_text_chars=2100).text
+    reject(document, "a.docx", RejectReason.TOO_LARGE, max_text_chars=1000)
+
+
+def test_time_budget_refuses(good_pdf: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loaders, "_TIME_BUDGET_S", -1.0)
+    for data, filename in [
+        (good_pdf, "slow.pdf"),
+        (make_docx(["Some text."]), "slow.docx"),
+        (b"<p>x</p>" * 2000, "slow.html"),  # the clock is read every 1,024 elements
+    ]:
+        exc = reject(data, filename, RejectReason.TOO_LARGE)
+        assert "took longer than" in exc.detail
+
+
+def test_normalising_many_short_lines_keeps_the_text() -> None:
+    data = b"ab  \t\r\n" * 50_000 + b"   \n\n\n\nend \xc2\xa0"
+    text = load_bytes(data, "lines.txt").text
+    assert text == "ab\n" * 49_999 + "ab\n\nend"
+
+
+# --------------------------------------------------------------------------
+# HTML: hidden text
+# --------------------------------------------------------------------------
+
+
+def test_html_hidden_text_is_left_out() -> None:
+    html = b"""<html><head><style>
+      /* rules that hide */
+      .ad, #banner { display: none }
+      div.note { visibility: hidden }
+      .wide { display: none }
+      @media print { .print-hidden { display: none } }
+      @media (min-width: 800px) { .wide { display: block } }
+      .menu li:hover .sub { display: block }
+      .x .y { display: none }
+    </style></head><body>
+      <p>Visible one.</p>
+      <p style="display:none">Inline none.</p>
+      <p style="color: red; visibility : hidden !important">Inline hidden.</p>
+      <div hidden><p>Hidden attribute.</p></div>
+      <span aria-hidden="true">Aria hidden.</span>
+      <p class="ad">Ad by class.</p>
+      <p id="banner">Banner by id.</p>
+      <div class="note">Note by tag and class.</div>
+      <p class="note">A note paragraph shows.</p>
+      <p class="wide">Shown on wide screens.</p>
+      <p class="print-hidden">Hidden only in print.</p>
+      <p class="ad" style="display: block">Inline style wins.</p>
+      <p class="y">Complex selectors never hide.</p>
+      <ul class="sub"><li class="sub">A shown sub-menu.</li></ul>
+      <p hidden>Unclosed hidden<p>After the implied close.
+      <p>Visible two.</p></body></html>"""
+    assert load_bytes(html, "page.html").text == (
+        "Visible one.\n\nA note paragraph shows.\n\nShown on wide screens.\n\nHidden only in print.\n\n"
+        "Inline style wins.\n\nComplex selectors never hide.\n\nA shown sub-menu.\n\n"
+        "After the implied close.\n\nVisible two."
+    )
+
+
+def test_html_page_with_only_hidden_text_has_no_text() -> None:
+    html = b"<body><div style='display:none'><p>secret</p></div><p aria-hidden=true>icon</p></body>"
+    exc = reject(html, "hidden.html", RejectReason.NO_TEXT)
+    assert "hidden" in exc.detail
+
+
+@pytest.mark.timeout(60)  # html.parser took quadratic time on these
+@pytest.mark.parametrize("junk", [b"<", b"<a", b"</", b"<!", b"<![CDATA["])
+def test_html_junk_is_read_in_linear_time(junk: bytes) -> None:
+    data = junk * (2_000_000 // len(junk))
+    try:
+        load_bytes(data, "junk.html")
+    except DocumentRejected:
+        pass
+
+
+# --------------------------------------------------------------------------
+# Word: streaming reader
+# --------------------------------------------------------------------------
+
+W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+MC_NS = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+
+
+def docx_members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def docx_with_body(body: str, namespace: str = W_NS, prolog: str = "") -> bytes:
+    """A real python-docx package whose main part holds ``body`` inside ``w:body``."""
+    members = docx_members(make_docx(["placeholder"]))
+    members["word/document.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8"?>{prolog}'
+        f'<w:document xmlns:w="{namespace}" xmlns:mc="{MC_NS}"><w:body>{body}</w:body></w:document>'
+    ).encode()
+    return make_zip(members)
+
+
+def python_docx_text(data: bytes) -> str:
+    """The text as python-docx reads it (the loader's reference for tables and paragraphs)."""
+
+    def blocks(container: object) -> list[str]:
+        out = []
+        for item in container.iter_inner_content():  # type: ignore[attr-defined]
+            text = table_text(item) if isinstance(item, docx.table.Table) else item.text
+            if text.strip():
+                out.append(text)
+        return out
+
+    def table_text(table: docx.table.Table) -> str:
+        rows = []
+        for row in table.rows:
+            seen: set[object] = set()
+            cells = []
+            for cell in row.cells:
+                if cell._tc in seen:
+                    continue
+                seen.add(cell._tc)
+                cells.append(" ".join(" ".join(blocks(cell)).split()))
+            if any(cells):
+                rows.append(" | ".join(cells))
+        return "\n".join(rows)
+
+    return "\n\n".join(blocks(docx.Document(io.BytesIO(data))))
+
+
+def test_docx_tables_with_merged_and_nested_cells_read_as_python_docx_reads_them() -> None:
+    document = docx.Document()
+    document.add_paragraph("Intro\twith a tab.")
+    grid = document.add_table(rows=4, cols=3)
+    for r in range(4):
+        for c in range(3):
+            grid.cell(r, c).text = f"r{r}c{c}"
+    grid.cell(0, 0).merge(grid.cell(0, 1))  # across
+    grid.cell(1, 2).merge(grid.cell(3, 2))  # down three rows
+    grid.cell(2, 0).add_paragraph("second line")
+    grid.cell(2, 1).add_table(rows=2, cols=2).cell(1, 1).text = "nested"
+    grid.cell(3, 0).text = ""
+    document.add_paragraph("Line one")
+    document.paragraphs[-1].add_run().add_break()
+    document.paragraphs[-1].add_run("line two")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    data = buffer.getvalue()
+    expected = python_docx_text(data)
+    assert load_bytes(data, "tables.docx").text == expected
+    assert "r0c0 r0c1 | r0c2" in expected and "nested" in expected  # the case is what it claims
+
+
+def test_docx_runs_in_links_insertions_and_fields_count_deleted_text_does_not() -> None:
+    body = (
+        "<w:p><w:r><w:t>Start </w:t></w:r>"
+        "<w:hyperlink><w:r><w:t>link</w:t></w:r></w:hyperlink>"
+        "<w:ins><w:r><w:t> inserted</w:t></w:r></w:ins>"
+        "<w:del><w:r><w:delText> deleted</w:delText></w:r></w:del>"
+        "<w:moveFrom><w:r><w:t> moved away</w:t></w:r></w:moveFrom>"
+        "<w:fldSimple><w:r><w:t> 42</w:t></w:r></w:fldSimple>"
+        "<w:r><w:instrText> PAGE </w:instrText><w:tab/><w:t>end</w:t><w:noBreakHyphen/>"
+        "<w:br w:type='page'/><w:br/><w:t>after break</w:t></w:r></w:p>"
+        "<w:p><w:pPr><w:tabs><w:tab w:val='left' w:pos='720'/></w:tabs></w:pPr><w:r><w:t>Tabs kept</w:t></w:r></w:p>"
+        "<w:sdt><w:sdtContent><w:p><w:r><w:t>In a content control</w:t></w:r></w:p></w:sdtContent></w:sdt>"
+    )
+    assert load_bytes(docx_with_body(body), "runs.docx").text == (
+        "Start link inserted 42\tend-\nafter break\n\nTabs kept\n\nIn a content control"
+    )
+
+
+def test_docx_alternate_content_is_read_once() -> None:
+    box = "<w:txbxContent><w:p><w:r><w:t>Text box</w:t></w:r></w:p></w:txbxContent>"
+    body = (
+        "<w:p><w:r><mc:AlternateContent>"
+        f"<mc:Choice Requires='wps'><w:drawing>{box}</w:drawing></mc:Choice>"
+        f"<mc:Fallback><w:pict>{box}</w:pict></mc:Fallback>"
+        "</mc:AlternateContent></w:r><w:r><w:t>Anchor paragraph</w:t></w:r></w:p>"
+    )
+    assert load_bytes(docx_with_body(body), "box.docx").text == "Text box\n\nAnchor paragraph"
+
+
+def test_docx_strict_open_xml_namespace() -> None:
+    body = "<w:p><w:r><w:t>Strict</w:t></w:r></w:p>"
+    data = docx_with_body(body, namespace="http://purl.oclc.org/ooxml/wordprocessingml/main")
+    assert load_bytes(data, "strict.docx").text == "Strict"
+
+
+def test_docx_main_part_is_found_through_the_relationships() -> None:
+    members = docx_members(make_docx(["Moved main part."], title="Moved"))
+    members["word/main.xml"] = members.pop("word/document.xml")
+    members["_rels/.rels"] = members["_rels/.rels"].replace(b"word/document.xml", b"/word/main.xml")
+    loaded = load_bytes(make_zip(members), "moved.docx")
+    assert (loaded.title, loaded.text) == ("Moved", "Moved main part.")
+
+
+def test_docx_whose_main_part_is_not_word_is_corrupt() -> None:
+    members = docx_members(make_docx(["x"]))
+    members["word/document.xml"] = b"<workbook xmlns='urn:spreadsheet'><sheet>Not Word</sheet></workbook>"
+    reject(make_zip(members), "sheet.docx", RejectReason.CORRUPT)
+
+
+def test_docx_with_a_dtd_is_refused() -> None:
+    prolog = '<!DOCTYPE w:document [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+    reject(docx_with_body("<w:p><w:r><w:t>&b;</w:t></w:r></w:p>", prolog=prolog), "dtd.docx", RejectReason.CORRUPT)
+
+
+def test_docx_nested_too_deeply_is_refused() -> None:
+    body = "<w:sdt>" * 2000 + "</w:sdt>" * 2000
+    exc = reject(docx_with_body(body), "deep.docx", RejectReason.TOO_LARGE)
+    assert "too deeply nested" in exc.detail
+
+
+def test_docx_tag_of_megabytes_is_refused() -> None:
+    attributes = " ".join(f'a{i}="{i}"' for i in range(150_000))  # ~1.5 MB without a '>'
+    exc = reject(docx_with_body(f"<w:p {attributes}/>"), "tag.docx", RejectReason.TOO_LARGE)
+    assert "too large or too deeply nested" in exc.detail
+
+
+def _with_declared_size(data: bytes, member: str, declared: int) -> bytes:
+    """``data`` with the central directory's unpacked size of ``member`` set to ``declared``."""
+    out = bytearray(data)
+    position = 0
+    while True:
+        position = out.index(b"PK\x01\x02", position)
+        name_length = int.from_bytes(out[position + 28 : position + 30], "little")
+        if out[position + 46 : position + 46 + name_length] == member.encode():
+            out[position + 24 : position + 28] = declared.to_bytes(4, "little")
+            return bytes(out)
+        position += 4
+
+
+def test_docx_member_declaring_less_than_it_holds_is_corrupt() -> None:
+    data = make_docx(["A paragraph of text. " * 50] * 20)
+    reject(_with_declared_size(data, "word/document.xml", 100), "lies.docx", RejectReason.CORRUPT)
+
+
+def test_docx_member_declaring_gigabytes_is_too_large() -> None:
+    data = _with_declared_size(make_docx(["Small."]), "word/document.xml", 0xFFFF_FFF0)
+    exc = reject(data, "lies.docx", RejectReason.TOO_LARGE)
+    assert "unpacks to" in exc.detail
+
+
+def test_docx_in_bzip2_is_corrupt() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_BZIP2) as archive:
+        for name, content in docx_members(make_docx(["Hi."])).items():
+            archive.writestr(name, content)
+    reject(buffer.getvalue(), "bz.docx", RejectReason.CORRUPT)
+
+
+# --------------------------------------------------------------------------
+# PDF: operands
+# --------------------------------------------------------------------------
+
+
+def test_pdf_text_operator_of_a_huge_string_is_refused() -> None:
+    exc = reject(make_pdf(["x" * 70_000]), "long-string.pdf", RejectReason.TOO_LARGE)
+    assert "page 1 of the PDF is too large or too complex" in exc.detail
+    assert load_bytes(make_pdf(["x" * 60_000]), "fine.pdf").text == "x" * 60_000
