@@ -11,11 +11,20 @@ How a text is cut, coarsest first:
 2. A sentence longer than the limit is cut at **clauses** (after ``, ; :``
    and at dashes) and its clauses are packed greedily.
 3. A clause still too long is cut at **words** (whitespace).
-4. A word still too long (a long URL, CJK or Thai text without spaces) is cut
-   at **characters** into pieces within the limit. So, unlike a rule that
-   keeps such a word whole, every chunk respects the limit; the only exception
-   is a single character that alone counts more than ``max_tokens`` (not
-   possible with a WordPiece tokenizer and ``max_tokens >= 1``).
+4. A word still too long (a long URL, CJK or Thai text without spaces, a hex
+   dump or base64 blob) is cut at **characters** into pieces within the
+   limit. So, unlike a rule that keeps such a word whole, every chunk respects
+   the limit; the only exception is a single character that alone counts more
+   than ``max_tokens`` (not possible with a WordPiece tokenizer and
+   ``max_tokens >= 1``).
+
+Every limit here is in the counter's tokens, so a chunk is bounded in
+characters as far as the counter is: WordPiece alone reads a word of over 100
+characters as one token, and a 1 MB hex dump would be one "100-token" chunk.
+:class:`~raptor_engine.tokens.HuggingFaceTokenCounter` charges such runs by
+their length, so a chunk of ``max_tokens`` holds at most ``max_tokens *
+MAX_CHARS_PER_TOKEN`` characters (``UNKNOWN_CHARS_PER_TOKEN`` per token for an
+unbroken run), and the rules above cut the run like any other long word.
 
 The pieces of a unit cut at a finer level are packed among themselves and
 never share a chunk with the unit's neighbours: a chunk is either a run of

@@ -24,7 +24,8 @@ import numpy as np
 from raptor_engine.chunking import sentences
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.store import ChannelStore, TreeState
-from raptor_engine.types import Hit, RetrievalMode
+from raptor_engine.tokens import token_floor
+from raptor_engine.types import Hit, Node, RetrievalMode
 
 DEFAULT_BUDGET = 2000  # tokens: the paper's best collapsed-tree context
 DEFAULT_TOP_K = 40  # at most this many nodes, whatever the budget
@@ -155,13 +156,16 @@ def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: flo
     than that share of them, in the nodes chosen before it is skipped too: extractive summaries
     repeat their leaves' sentences, and a repeat spends the budget on nothing
     new. Leaves are never skipped for overlap: they are the evidence cited.
+    A node costs its :func:`cost`, so the hits hold at most
+    ``budget * MAX_CHARS_PER_TOKEN`` characters whatever counts are stored.
     """
     chosen: list[Hit] = []
     seen_ids: set[str] = set()
     seen_sentences: set[str] = set()
     used = 0
     for hit in ranked:
-        if hit.node.id in seen_ids or used + hit.node.tokens > budget:
+        tokens = cost(hit.node)
+        if hit.node.id in seen_ids or used + tokens > budget:
             continue
         sentences = _sentence_set(hit.node.text)
         repeated = len(sentences & seen_sentences)
@@ -170,10 +174,17 @@ def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: flo
         chosen.append(hit)
         seen_ids.add(hit.node.id)
         seen_sentences |= sentences
-        used += hit.node.tokens
+        used += tokens
         if len(chosen) >= top_k:
             break
     return chosen
+
+
+def cost(node: Node) -> int:
+    """The tokens ``node`` spends of a budget: its stored count, never under the token floor
+    of its length. Nodes stored before the counter charged long unbroken runs by length
+    carry counts like 1 for a megabyte of hex; this keeps them from filling a context."""
+    return max(node.tokens, token_floor(node.text))
 
 
 def _sentence_set(text: str) -> set[str]:

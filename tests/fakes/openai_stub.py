@@ -5,7 +5,8 @@ It speaks the two endpoints the engine uses, ``POST /v1/chat/completions`` and
 real ``openai`` client is exercised end to end. Content is deterministic:
 
 * a summary request (system prompt mentions "Summarizing") gets
-  ``"Summary: "`` + the first 20 words of the text after the instruction;
+  ``"Summary: "`` + the first 20 words of the text after the instruction
+  (its ``<excerpt>`` delimiters left out);
 * any other chat request gets :attr:`OpenAIStub.answer_text` (by default a
   sentence citing ``[1]`` and the out-of-range ``[99]``);
 * an embedding is a vector derived from a hash of the text.
@@ -40,6 +41,7 @@ MAX_HANG_S = 30.0
 SUMMARY_WORDS = 20
 DEFAULT_ANSWER = "The launch is planned for March [1], after the review [99]."
 _INSTRUCTION = re.compile(r"including as many key details as possible:\s*(.*)", re.DOTALL)
+_EXCERPT_TAG = re.compile(r"</?excerpt\b[^>]*>")  # the summary prompt's delimiters, not echoed
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +269,7 @@ def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) ->
         content = behaviour.content
     elif "Summarizing" in system:
         match = _INSTRUCTION.search(user)
-        cluster = (match.group(1) if match else user).rstrip(":").split()
+        cluster = _EXCERPT_TAG.sub(" ", match.group(1) if match else user).rstrip(":").split()
         content = "Summary: " + " ".join(cluster[:SUMMARY_WORDS])
     else:
         content = answer_text

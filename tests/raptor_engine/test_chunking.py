@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from raptor_engine.chunking import chunk_text, split_sentences
-from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
+from raptor_engine.tokens import (
+    MAX_CHARS_PER_TOKEN,
+    UNKNOWN_CHARS_PER_TOKEN,
+    HuggingFaceTokenCounter,
+    default_model_path,
+)
 from raptor_engine.types import Chunk
 
 QUALITY = Path("/work/shared/data/quality-dev.jsonl")
@@ -232,10 +237,31 @@ def test_huge_single_word_is_cut_at_characters(counter: HuggingFaceTokenCounter)
     assert "".join(c.text for c in pieces) == url  # adjacent pieces, nothing inserted
 
 
-def test_long_word_the_tokenizer_sees_as_one_token_stays_whole(counter: HuggingFaceTokenCounter) -> None:
-    word = "x" * 500  # WordPiece maps words over 100 characters to a single [UNK]
-    (only,) = chunk(word, counter, 10)
-    assert only.text == word and only.tokens == 1
+def test_long_word_the_tokenizer_sees_as_one_token_is_cut(counter: HuggingFaceTokenCounter) -> None:
+    word = "x" * 500  # WordPiece alone maps words over 100 characters to a single [UNK]
+    chunks = chunk(word, counter, 10)
+    assert len(chunks) >= 500 // (10 * UNKNOWN_CHARS_PER_TOKEN)
+    assert "".join(c.text for c in chunks) == word
+    assert all(len(c.text) <= 10 * UNKNOWN_CHARS_PER_TOKEN for c in chunks)
+
+
+def test_hex_blob_is_cut_into_chunks_bounded_in_characters(counter: HuggingFaceTokenCounter) -> None:
+    blob = random.Random(1).randbytes(100_000).hex()  # 200,000 characters without a space
+    text = f"The dump follows. {blob} That was the dump."
+    chunks = chunk(text, counter, 100)
+    assert chunks[0].text == "The dump follows." and chunks[-1].text == "That was the dump."
+    pieces = chunks[1:-1]
+    assert "".join(c.text for c in pieces) == blob
+    assert max(len(c.text) for c in pieces) <= 100 * UNKNOWN_CHARS_PER_TOKEN
+    assert len(pieces) >= len(blob) // (100 * UNKNOWN_CHARS_PER_TOKEN)
+
+
+@pytest.mark.parametrize("filler", [" ", "\u0301", "\u200b", "\x00"], ids=["spaces", "combining", "zero-width", "nul"])
+def test_characters_the_tokenizer_drops_still_bound_a_chunk(filler: str, counter: HuggingFaceTokenCounter) -> None:
+    # WordPiece drops these (0 tokens): 100,000 of them must not fit in one 100-token chunk.
+    text = "alpha" + filler * 100_000 + "beta."
+    chunks = chunk(text, counter, 100)
+    assert all(len(c.text) <= 100 * MAX_CHARS_PER_TOKEN for c in chunks)
 
 
 def test_long_sentence_is_cut_at_commas(counter: HuggingFaceTokenCounter) -> None:

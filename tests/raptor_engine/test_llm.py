@@ -103,21 +103,22 @@ def test_summary_uses_the_papers_prompt(stub: OpenAIStub, make_client: MakeClien
     (body,) = chat_bodies(stub)
     system, user = body["messages"]
     assert system == {"role": "system", "content": SUMMARY_SYSTEM}
-    assert user["content"] == f"{INSTRUCTION} Alpha beta gamma.\n\nDelta epsilon.:"
+    assert user["content"] == (f'{INSTRUCTION}\n\n<excerpt id="1">\nAlpha beta gamma.\n</excerpt>\n\n'
+                               '<excerpt id="2">\nDelta epsilon.\n</excerpt>')
     assert body["model"] == "stub-model" and body["max_tokens"] == 77 and body["temperature"] == 0.0
     assert summarizer.identity.startswith("llm:stub-model:") and summarizer.identity.endswith(":77")
 
 
 def test_summary_context_is_trimmed_to_the_budget(make_client: MakeClient) -> None:
-    client = make_client(context_tokens=30)
+    client = make_client(context_tokens=36)
     summarizer = LLMSummarizer(client, WordCounter(), client.settings)
     first, second, third = (" ".join(f"{tag}{i}" for i in range(n)) for tag, n in (("a", 10), ("b", 25), ("c", 10)))
 
-    context = summarizer.context([first, second, third])
-
-    # The first text whole, the second cut at a word to the 20 tokens left, the third dropped.
-    assert context == first + "\n\n" + " ".join(f"b{i}" for i in range(20))
-    assert summarizer.context([" ".join(["w"] * 50)]) == " ".join(["w"] * 30)
+    # Each block's delimiters cost 3 words: <excerpt, id="n">, </excerpt>.
+    # The first text whole (13), the second cut at a word to the 20 tokens left, the third dropped.
+    assert summarizer.excerpts([first, second, third]) == [first, " ".join(f"b{i}" for i in range(20))]
+    assert summarizer.excerpts([" ".join(["w"] * 50)]) == [" ".join(["w"] * 33)]
+    assert summarizer.context([first]) == f'<excerpt id="1">\n{first}\n</excerpt>'
 
 
 def test_answer_numbers_sources_and_checks_citations(stub: OpenAIStub, make_client: MakeClient) -> None:
