@@ -19,7 +19,7 @@ import threading
 import time
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,13 +40,14 @@ from raptor_engine.errors import (
     NothingToBuild,
     ProviderError,
     RejectReason,
+    StoreError,
 )
-from raptor_engine.loaders import DEFAULT_MAX_BYTES, load_bytes, load_file
+from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.metering import SpendingLimits, metering
 from raptor_engine.retrieval import Query, RetrievalSettings, retrieve
-from raptor_engine.store import ChannelStore, ChromaStore, TreeState, leaf_node, profile_digest
+from raptor_engine.store import ChannelStore, ChromaStore, SourceState, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
 from raptor_engine.tree import BuildProgress, BuiltTree, ProgressCallback, TreeBuilder
 from raptor_engine.types import (
@@ -76,6 +77,7 @@ class EngineSettings:
 
     chunk_tokens: int = 100
     max_file_bytes: int = DEFAULT_MAX_BYTES
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # text extracted from one file; more is refused
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS
     max_concurrency: int = 8
     spending: SpendingLimits = SpendingLimits()  # per rebuild; applies to metered (language-model) summaries
@@ -85,11 +87,13 @@ class EngineSettings:
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
-    """A stored source; ``duplicate`` is True when the same content was already there."""
+    """A stored source; ``duplicate`` is True when the same content was already there,
+    ``repaired`` when it was there but incomplete (an interrupted ingest) and is complete now."""
 
     source: Source
     duplicate: bool
     leaves: int
+    repaired: bool = False
 
 
 class Engine:
@@ -145,6 +149,11 @@ class Engine:
     ) -> IngestResult:
         """Stores a document as a source of the channel and caches its embedded leaves.
 
+        All or nothing: the source is listed, built from and searched only once
+        every leaf is stored. If embedding fails (``ProviderError``) nothing of
+        it stays; if the process dies half-way, what was written stays invisible
+        and the next upload of the same text repairs it (``repaired``), as it
+        does a source stored by an older version without its leaves.
         The same text stored twice is stored once (``duplicate`` is then True).
         Its excerpts can be retrieved at once; its summaries come with the next
         rebuild. ``progress`` hears how embedding goes (a large file takes
@@ -155,10 +164,14 @@ class Engine:
             raise DocumentRejected(RejectReason.EMPTY, document.title, "there is no text in it")
         channel = self._channel(key)
         source_id = hashlib.sha256(text.encode()).hexdigest()
-        existing = channel.get_source(source_id)
-        if existing is not None:
-            return IngestResult(existing, duplicate=True, leaves=0)
-        source = Source(
+        record = channel.source_record(source_id)
+        if record is not None and record[1] is SourceState.FORGETTING:
+            self._purge(key, channel, source_id)  # an interrupted forget: finish it, then store anew
+            record = None
+        if record is not None and self._is_complete(channel, *record):
+            return IngestResult(record[0], duplicate=True, leaves=0)
+        legacy = record is not None and record[1] is SourceState.LEGACY
+        source = record[0] if legacy and record else Source(
             id=source_id,
             title=document.title,
             kind=document.kind,
@@ -168,19 +181,67 @@ class Engine:
             chars=len(text),
             external_id=document.external_id,
         )
-        # The text goes in first: if anything after fails, the source is kept and
-        # the next rebuild chunks and embeds it again.
-        channel.put_source(source, text)
-        chunks, vectors = self._chunk_and_embed(source_id, text, progress=progress)
-        channel.put_leaves(self._leaf_profile, chunks, vectors)
-        log.info("channel %s: stored source %s (%d leaves)", key, source_id[:12], len(chunks))
-        return IngestResult(source, duplicate=False, leaves=len(chunks))
+        leaves = self._store_completely(key, channel, source, text, record is not None, legacy, progress)
+        verb = "repaired" if record else "stored"
+        log.info("channel %s: %s source %s (%d leaves)", key, verb, source_id[:12], leaves)
+        return IngestResult(source, duplicate=False, leaves=leaves, repaired=record is not None)
+
+    def _is_complete(self, channel: ChannelStore, source: Source, state: SourceState) -> bool:
+        """Whether a stored record needs no repair; a legacy one is complete if it has leaves."""
+        if state is SourceState.LEGACY:
+            return channel.has_leaves(self._leaf_profile, source.id)
+        return state is SourceState.STORED
+
+    def _store_completely(
+        self,
+        key: ChannelKey,
+        channel: ChannelStore,
+        source: Source,
+        text: str,
+        repairing: bool,
+        legacy: bool,
+        progress: ProgressCallback | None,
+    ) -> int:
+        """Writes the text (invisible), every leaf, then marks the source stored; the number of leaves.
+
+        A legacy record stays listed as it was while its leaves are added. On any
+        failure, a source that was not listed before is removed again. Raises
+        ``ChannelError`` if the source was forgotten meanwhile (only a listed,
+        legacy one can be): its leaves written here are removed then.
+        """
+        if not legacy:
+            channel.put_source(source, text, SourceState.STORING)
+        try:
+            if repairing:
+                channel.delete_leaves(source.id, self._leaf_profile)  # a crash's partial leaves
+            chunks, vectors = self._chunk_and_embed(source.id, text, progress=progress)
+            channel.put_leaves(self._leaf_profile, chunks, vectors)
+        except BaseException:
+            if not legacy:
+                self._discard(channel, source.id)
+            raise
+        channel.set_source_state(source.id, SourceState.STORED)  # does nothing to a forgotten record
+        if self._purge_forgotten(key, channel, [source.id]):
+            raise ChannelError("that source was forgotten while it was being stored; upload it again to keep it")
+        return len(chunks)
+
+    @staticmethod
+    def _discard(channel: ChannelStore, source_id: str) -> None:
+        """Best effort removal of a failed ingest; the store may be the reason it failed."""
+        try:
+            channel.delete_source(source_id)
+        except StoreError as exc:
+            log.warning("could not remove the unfinished source %s (a new upload repairs it): %s", source_id[:12], exc)
 
     def ingest_bytes(
-        self, key: ChannelKey, data: bytes, filename: str, link: str = "", added_by: str = "", external_id: str = ""
+        self, key: ChannelKey, data: bytes, filename: str, link: str = "", added_by: str = "", external_id: str = "",
+        size: int | None = None,
     ) -> IngestResult:
-        """Loads an uploaded file's bytes and ingests it; see :meth:`ingest`."""
-        loaded = load_bytes(data, filename, self.settings.max_file_bytes)
+        """Loads an uploaded file's bytes and ingests it; see :meth:`ingest`. ``size`` is
+        the file's full size when ``data`` may be only its beginning (a refusal names it)."""
+        loaded = load_bytes(
+            data, filename, self.settings.max_file_bytes, max_text_chars=self.settings.max_text_chars, size=size
+        )
         document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, "", external_id)
         return self.ingest(key, document)
 
@@ -188,7 +249,7 @@ class Engine:
         self, key: ChannelKey, path: Path, added_by: str = "", progress: ProgressCallback | None = None
     ) -> IngestResult:
         """Loads a local file and ingests it, linked by its ``file://`` URI."""
-        loaded = load_file(path, self.settings.max_file_bytes)
+        loaded = load_file(path, self.settings.max_file_bytes, max_text_chars=self.settings.max_text_chars)
         link = path.resolve().as_uri()
         return self.ingest(key, Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by), progress)
 
@@ -211,15 +272,40 @@ class Engine:
         return matches[0]
 
     def forget(self, key: ChannelKey, reference: str) -> Source:
-        """Removes a source and everything built from it: its text, its leaves, and
-        every node of the stored trees that covers it. Returns the removed source."""
+        """Removes a source and everything built from it: its text, its leaves, the cached
+        summaries covering it, the answers citing it, and every node of every stored tree
+        that covers it. Returns the removed source.
+
+        A rebuild running meanwhile removes whatever of it it writes after this returns
+        (see ``store.py``), so once both are done no collection holds the text. If this
+        stops half-way, the next rebuild (or upload of the same text) finishes it.
+        """
         source = self.find_source(key, reference)
         channel = self._channel(key)
-        # Nodes first: if this stops half-way, the source is still listed and can be forgotten again.
-        removed = channel.remove_source_from_trees(source.id)
-        channel.delete_source(source.id)
+        # Marked first: from here on nothing lists, builds from or searches it, and any
+        # writer finishing later sees the mark and cleans up after itself.
+        channel.set_source_state(source.id, SourceState.FORGETTING)
+        removed = self._purge(key, channel, source.id)
         log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
         return source
+
+    def _purge(self, key: ChannelKey, channel: ChannelStore, source_id: str) -> int:
+        """Deletes everything of a source, its record last; the number of served nodes removed."""
+        removed = channel.remove_source_from_trees(source_id)
+        channel.delete_source(source_id)
+        with self._lexicons_lock:  # the BM25 indexes in memory hold its text too
+            for cached in [k for k in self._lexicons if k[0] == key]:
+                del self._lexicons[cached]
+        return removed
+
+    def _purge_forgotten(self, key: ChannelKey, channel: ChannelStore, source_ids: Iterable[str]) -> set[str]:
+        """Purges those of ``source_ids`` forgotten meanwhile and returns them. Called by every
+        writer of derived data after writing (write first, look second: see ``store.py``)."""
+        gone = channel.forgotten_among(source_ids)
+        for source_id in sorted(gone):
+            log.info("channel %s: removing what was just written of forgotten source %s", key, source_id[:12])
+            self._purge(key, channel, source_id)
+        return gone
 
     # -- building ------------------------------------------------------------
 
@@ -229,7 +315,9 @@ class Engine:
         Leaves of sources seen before are reused, not re-embedded; summaries of
         clusters whose members are unchanged come from the cache. If anything
         fails, the previous tree keeps being served and ``BuildError`` says why.
-        Raises ``NothingToBuild`` for a channel without sources.
+        Raises ``NothingToBuild`` for a channel without sources. Forgets that were
+        interrupted are finished first; a source forgotten while the build runs
+        leaves nothing in what it writes, however the build ends.
 
         The build runs on a thread of its own at a lower CPU priority (see
         ``background.py``), so questions answered meanwhile keep their speed;
@@ -239,23 +327,49 @@ class Engine:
 
     async def _rebuild(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
         channel = self._channel(key)
+        for source_id in channel.sources_in_state(SourceState.FORGETTING):
+            log.info("channel %s: finishing the interrupted forget of source %s", key, source_id[:12])
+            self._purge(key, channel, source_id)
         sources = channel.list_sources()
         if not sources:
             raise NothingToBuild("this channel has no sources yet: add a file or pin a message first")
+        try:
+            return await self._build(key, channel, sources, progress)
+        finally:
+            # However the build ended (failed, cancelled), a source forgotten while it ran
+            # must not survive in what it wrote: summaries, leaves, an unfinished tree.
+            self._purge_forgotten_quietly(key, channel, [s.id for s in sources])
+
+    def _purge_forgotten_quietly(self, key: ChannelKey, channel: ChannelStore, source_ids: list[str]) -> None:
+        """``_purge_forgotten`` that logs a store failure instead of hiding the build's own outcome."""
+        try:
+            self._purge_forgotten(key, channel, source_ids)
+        except StoreError as exc:
+            log.warning("channel %s: could not clean up after forgotten sources (the next forget "
+                        "or rebuild will): %s", key, exc)
+
+    async def _build(
+        self, key: ChannelKey, channel: ChannelStore, sources: list[Source], progress: ProgressCallback | None
+    ) -> BuildReport:
         version = channel.next_version()
         stages: dict[str, float] = {}
         began = time.perf_counter()
         with metering(self.settings.spending) as meter:
             try:
-                groups, embedded = await self._leaves(channel, sources, stages)
+                groups, embedded = await self._leaves(key, channel, sources, stages)
+                if not groups:
+                    raise NothingToBuild("every source of this channel was forgotten while the rebuild began")
                 builder = TreeBuilder(
                     self._embedder, self._summarizer, self._counter, self.settings.clustering,
                     self.settings.max_concurrency, progress, meter, self._gate,
                 )
-                built = await builder.build(groups, _SummaryCacheView(channel, self._summary_profile))
+                cache = _SummaryCacheView(
+                    channel, self._summary_profile, lambda ids: self._purge_forgotten(key, channel, ids)
+                )
+                built = await builder.build(groups, cache)
                 stages.update(built.stage_seconds)
                 started = time.perf_counter()
-                state = await asyncio.to_thread(self._publish, channel, version, sources, built)
+                state = await asyncio.to_thread(self._publish, key, channel, version, sources, built)
                 stages["store"] = time.perf_counter() - started
             except SpendingLimitReached as exc:
                 channel.drop_stale_trees()
@@ -289,7 +403,7 @@ class Engine:
         )
 
     async def _leaves(
-        self, channel: ChannelStore, sources: list[Source], stages: dict[str, float]
+        self, key: ChannelKey, channel: ChannelStore, sources: list[Source], stages: dict[str, float]
     ) -> tuple[list[tuple[list[Node], np.ndarray]], int]:
         """Each source's leaf nodes with their vectors, and how many leaves were embedded now."""
         started = time.perf_counter()
@@ -304,10 +418,12 @@ class Engine:
                 await self._gate.step_aside()
                 text = await asyncio.to_thread(channel.source_text, source.id)
                 chunks, vectors = await asyncio.to_thread(self._chunk_and_embed, source.id, text, stages)
-                await asyncio.to_thread(channel.put_leaves, self._leaf_profile, chunks, vectors)
+                await asyncio.to_thread(self._cache_leaves, key, channel, chunks, vectors)
                 cached[source.id] = (chunks, vectors)
                 embedded += len(chunks)
             chunks, vectors = cached[source.id]
+            if not chunks:
+                continue  # forgotten since the build listed it: its text read back empty
             groups.append(([leaf_node(chunk, source.title, source.link) for chunk in chunks], vectors))
         return groups, embedded
 
@@ -335,23 +451,33 @@ class Engine:
             stages["embed"] = stages.get("embed", 0.0) + time.perf_counter() - chunked
         return chunks, vectors
 
-    def _publish(self, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree) -> TreeState:
-        """Writes the built tree beside the served one, then switches to it."""
-        channel.write_tree(version, built.nodes, built.embeddings)
-        state = TreeState(
-            version=version,
-            built_at=_now(),
-            embedder_id=self._embedder.model_id,
-            source_ids=tuple(s.id for s in sources),
-            nodes_per_layer=built.nodes_per_layer(),
-        )
-        channel.switch_to(state)
-        channel.prune_summaries(self._summary_profile, built.used_keys)
-        # A source forgotten while this build ran must not come back with the new tree.
-        remaining = {s.id for s in channel.list_sources()}
-        for source in sources:
-            if source.id not in remaining:
-                channel.remove_source_from_trees(source.id)
+    def _cache_leaves(self, key: ChannelKey, channel: ChannelStore, chunks: list[Chunk], vectors: np.ndarray) -> None:
+        """Caches a source's leaves during a build, then removes them if it was forgotten meanwhile."""
+        channel.put_leaves(self._leaf_profile, chunks, vectors)
+        self._purge_forgotten(key, channel, {chunk.source_id for chunk in chunks})
+
+    def _publish(
+        self, key: ChannelKey, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree
+    ) -> TreeState:
+        """Writes the built tree beside the served one, then switches to it.
+
+        Runs in a worker thread that goes on even if the build is cancelled, so it
+        cleans up after itself: a source forgotten while this build ran must not
+        come back with the new tree, whether it was written whole or not.
+        """
+        try:
+            channel.write_tree(version, built.nodes, built.embeddings)
+            state = TreeState(
+                version=version,
+                built_at=_now(),
+                embedder_id=self._embedder.model_id,
+                source_ids=tuple(s.id for s in sources),
+                nodes_per_layer=built.nodes_per_layer(),
+            )
+            channel.switch_to(state)
+            channel.prune_summaries(self._summary_profile, built.used_keys)
+        finally:
+            self._purge_forgotten(key, channel, [s.id for s in sources])
         return state
 
     # -- answers and feedback ---------------------------------------------------
@@ -367,7 +493,10 @@ class Engine:
                 if source_id not in sources:
                     sources.append(source_id)
         record = AnswerRecord(answer_id, question, answer.text, asked_by, _now(), tuple(sources))
-        self._channel(key).put_answer(record)
+        channel = self._channel(key)
+        channel.put_answer(record)
+        # An answer computed from a source forgotten meanwhile goes with it.
+        self._purge_forgotten(key, channel, record.source_ids)
 
     def vote(self, key: ChannelKey, answer_id: str, voter: str, up: bool) -> AnswerRecord:
         """Stores ``voter``'s vote on a kept answer (a later vote replaces an earlier one).
@@ -453,7 +582,7 @@ class Engine:
         source_ids = {s.id for s in channel.list_sources()}
         if state is None:
             return TreeStats(key, 0, "", len(source_ids), {}, len(source_ids))
-        pending = len(source_ids.symmetric_difference(state.source_ids))
+        pending = len(source_ids.symmetric_difference(state.source_ids)) + state.forgotten
         return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending)
 
     def node(self, key: ChannelKey, node_id: str) -> NodeView:
@@ -479,17 +608,23 @@ class Engine:
 
 
 class _SummaryCacheView:
-    """The channel's summary cache seen as the builder's ``SummaryCache``."""
+    """The channel's summary cache seen as the builder's ``SummaryCache``.
 
-    def __init__(self, channel: ChannelStore, profile: str) -> None:
+    After each write ``written`` hears the source ids the new entries cover, so
+    that summaries of a source forgotten meanwhile are removed at once.
+    """
+
+    def __init__(self, channel: ChannelStore, profile: str, written: Callable[[set[str]], None]) -> None:
         self._channel = channel
         self._profile = profile
+        self._written = written
 
     def get(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         return self._channel.cached_summaries(self._profile, keys)
 
     def put(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> None:
         self._channel.put_summaries(self._profile, entries, vectors)
+        self._written({source for _, _, sources in entries for source in sources})
 
 
 def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:

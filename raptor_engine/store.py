@@ -16,6 +16,17 @@ either the old tree or the new one served, never a mixture. The previous
 version is kept until the next switch so a reader that has just looked up the
 old version can still finish its query.
 
+A source's first text segment carries its :class:`SourceState`. Only a stored
+source is listed, built from or searched: ingest writes the text as
+``storing``, then its leaves, then flips it to ``stored``, so a crash in
+between leaves nothing findable (and a new upload of the same text repairs
+it). Forget flips it to ``forgetting`` first, then deletes everything built
+from it, the text last; anything that writes derived data (a build's leaves,
+summaries or tree, a kept answer) looks afterwards whether one of its sources
+is forgotten meanwhile (:meth:`ChannelStore.forgotten_among`) and then removes
+what it wrote. Write first, look second: whichever of the two finishes last
+cleans up, so no forgotten text survives either order.
+
 Embeddings are always passed explicitly: Chroma's default embedding function
 downloads a model, which fails offline. Chroma's errors are translated into
 :class:`~raptor_engine.errors.StoreError` here, where they enter.
@@ -27,10 +38,12 @@ import hashlib
 import json
 import logging
 import re
+import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +59,19 @@ SEGMENT_CHARS = 100_000  # source text is stored in segments of this many charac
 _PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
 _COSINE = {"hnsw": {"space": "cosine"}}
 _TREE_NAME = re.compile(r"^rc-(?P<digest>[0-9a-f]{24})-t(?P<version>\d+)$")
+# The served state is read, changed and written back by forget and by a build switching over, from
+# different threads: one lock per channel keeps either from undoing the other (within one process).
+_STATE_LOCKS: dict[str, threading.Lock] = {}
+_STATE_LOCKS_GUARD = threading.Lock()
+
+
+class SourceState(str, Enum):
+    """Where a source is in its life; only ``STORED`` and ``LEGACY`` sources are listed."""
+
+    STORING = "storing"  # text written, leaves not all: invisible; a new upload of it repairs it
+    STORED = "stored"  # text and every leaf written
+    FORGETTING = "forgetting"  # being removed: invisible; the next rebuild finishes an interrupted forget
+    LEGACY = "legacy"  # written before states existed (never written as such): complete if it has leaves
 
 
 @contextmanager
@@ -81,9 +107,10 @@ class TreeState:
     version: int
     built_at: str
     embedder_id: str
-    source_ids: tuple[str, ...]
+    source_ids: tuple[str, ...]  # forgotten sources are taken out: no trace of them is kept
     nodes_per_layer: dict[int, int]
     revision: int = 0  # bumped when nodes are removed from the served tree (forget)
+    forgotten: int = 0  # sources of this build forgotten since: their summaries wait for a rebuild
 
 
 class ChromaStore:
@@ -104,19 +131,58 @@ class ChromaStore:
         return cls(client)
 
     @classmethod
-    def remote(cls, host: str, port: int, ssl: bool = False) -> ChromaStore:
-        """A Chroma server (``chroma run`` or hosted) reached over HTTP."""
+    def remote(cls, host: str, port: int, ssl: bool = False, *, token: str = "",
+               token_header: str = "Authorization", username: str = "", password: str = "",
+               tenant: str = "default_tenant", database: str = "default_database") -> ChromaStore:
+        """A Chroma server (``chroma run``, a secured server, or hosted Chroma) reached over HTTP.
+
+        Credentials go through Chroma's own client auth providers: ``token`` is sent as
+        ``Authorization: Bearer <token>`` (or in ``X-Chroma-Token`` when ``token_header``
+        names it), ``username`` and ``password`` as HTTP basic. ``tenant`` and
+        ``database`` must exist on the server. Raises ``StoreUnavailable`` when the
+        server cannot be reached, ``StoreError`` when it refuses the credentials or has
+        no such tenant or database. No credential appears in an error message.
+        """
         import chromadb
         from chromadb.config import Settings
+        from chromadb.errors import ChromaError, NotFoundError
 
+        where = f"the Chroma server at {host}:{port}"
+        settings = Settings(anonymized_telemetry=False, **cls._auth_settings(token, token_header, username, password))
         try:
-            client = chromadb.HttpClient(
-                host=host, port=port, ssl=ssl, settings=Settings(anonymized_telemetry=False)
-            )
+            client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings,
+                                         tenant=tenant, database=database)
             client.heartbeat()
+        except ChromaError as exc:
+            # Chroma answers a refused sign-in with 401 (AuthorizationError) or 403 (AuthError).
+            if exc.code() in (401, 403):
+                raise StoreError(f"{where} refused access: the credentials are missing or wrong ({exc.name()})") from None
+            if isinstance(exc, NotFoundError):
+                raise StoreError(f"{where} has no tenant {tenant!r} with a database {database!r}") from None
+            raise StoreUnavailable(f"{where} failed to open: {exc}") from exc
         except Exception as exc:
-            raise StoreUnavailable(f"cannot reach the Chroma server at {host}:{port}: {exc}") from exc
+            raise StoreUnavailable(f"cannot reach {where}: {exc}") from exc
         return cls(client)
+
+    @staticmethod
+    def _auth_settings(token: str, token_header: str, username: str, password: str) -> dict[str, str]:
+        """Chroma client settings for a token or HTTP basic credentials ({} for none).
+        Chroma itself refuses a token of other than ASCII letters, digits and punctuation
+        with a message that reads like a connection failure: checked here instead."""
+        if token:
+            if not all(33 <= ord(char) < 127 for char in token):
+                raise StoreError("the Chroma token may hold only ASCII letters, digits and punctuation")
+            return {
+                "chroma_client_auth_provider": "chromadb.auth.token_authn.TokenAuthClientProvider",
+                "chroma_client_auth_credentials": token,
+                "chroma_auth_token_transport_header": token_header,
+            }
+        if username or password:
+            return {
+                "chroma_client_auth_provider": "chromadb.auth.basic_authn.BasicAuthClientProvider",
+                "chroma_client_auth_credentials": f"{username}:{password}",
+            }
+        return {}
 
     def channel(self, key: ChannelKey) -> ChannelStore:
         """The store of one channel; registers the channel on first use."""
@@ -170,11 +236,13 @@ class ChannelStore:
 
     # -- sources -----------------------------------------------------------
 
-    def put_source(self, source: Source, text: str) -> None:
-        """Stores a source's text and description in one write."""
+    def put_source(self, source: Source, text: str, state: SourceState = SourceState.STORED) -> None:
+        """Stores a source's text and description in one write, in ``state`` (not ``LEGACY``)."""
+        if state is SourceState.LEGACY:
+            raise ValueError("LEGACY is how sources written before states read; it is never written")
         segments = [text[i : i + SEGMENT_CHARS] for i in range(0, len(text), SEGMENT_CHARS)] or [""]
         metadatas: list[dict[str, Any]] = [{"source_id": source.id, "segment": i} for i in range(len(segments))]
-        metadatas[0].update(_source_metadata(source), segments=len(segments))
+        metadatas[0].update(_source_metadata(source), segments=len(segments), state=state.value)
         with _translated("storing a source"):
             self._collection("src").upsert(
                 ids=[f"{source.id}#{i}" for i in range(len(segments))],
@@ -184,18 +252,51 @@ class ChannelStore:
             )
 
     def get_source(self, source_id: str) -> Source | None:
-        """The source with this id, or None."""
+        """The listed source with this id (stored, or legacy), or None."""
+        record = self.source_record(source_id)
+        return record[0] if record and record[1] in _LISTED else None
+
+    def source_record(self, source_id: str) -> tuple[Source, SourceState] | None:
+        """The source with this id and its state, whatever the state; None if there is no record."""
         with _translated("reading a source"):
             got = self._collection("src").get(ids=[f"{source_id}#0"], include=["metadatas"])
         metadatas = got["metadatas"] or []
-        return _source_from_metadata(metadatas[0]) if metadatas else None
+        return (_source_from_metadata(metadatas[0]), _state_of(metadatas[0])) if metadatas else None
+
+    def set_source_state(self, source_id: str, state: SourceState) -> None:
+        """Changes a source's state in one write; does nothing if the source has no record."""
+        if state is SourceState.LEGACY:
+            raise ValueError("LEGACY is how sources written before states read; it is never written")
+        with _translated("changing a source's state"):
+            # Chroma merges updated metadata keys and ignores unknown ids: a forgotten source stays gone.
+            self._collection("src").update(ids=[f"{source_id}#0"], metadatas=[{"state": state.value}])
 
     def list_sources(self) -> list[Source]:
-        """Every source of the channel, oldest first."""
+        """Every listed (stored, or legacy) source of the channel, oldest first."""
         with _translated("listing sources"):
             got = self._collection("src").get(where={"segment": 0}, include=["metadatas"])
-        sources = [_source_from_metadata(m) for m in got["metadatas"] or []]
+        # Filtered here, not by a where clause: legacy records have no state key to match.
+        sources = [_source_from_metadata(m) for m in got["metadatas"] or [] if _state_of(m) in _LISTED]
         return sorted(sources, key=lambda s: (s.added_at, s.id))
+
+    def sources_in_state(self, state: SourceState) -> list[str]:
+        """The ids of the sources in ``state`` (not ``LEGACY``), e.g. forgets that were interrupted."""
+        with _translated("listing sources by state"):
+            got = self._collection("src").get(where={"state": state.value}, include=["metadatas"])
+        return sorted({str(m["source_id"]) for m in got["metadatas"] or []})
+
+    def forgotten_among(self, source_ids: Iterable[str]) -> set[str]:
+        """Those of ``source_ids`` that are being or have been forgotten (no record, or ``FORGETTING``).
+
+        Called after writing data derived from sources: see the module docstring.
+        """
+        wanted = sorted(set(source_ids))
+        if not wanted:
+            return set()
+        with _translated("checking for forgotten sources"):
+            got = self._collection("src").get(ids=[f"{i}#0" for i in wanted], include=["metadatas"])
+        alive = {str(m["source_id"]) for m in got["metadatas"] or [] if _state_of(m) is not SourceState.FORGETTING}
+        return set(wanted) - alive
 
     def source_text(self, source_id: str) -> str:
         """The full text of a stored source."""
@@ -205,15 +306,26 @@ class ChannelStore:
         return "".join(document for _, document in parts)
 
     def delete_source(self, source_id: str) -> None:
-        """Removes a source's text and its cached leaves."""
+        """Removes a source's cached leaves (every profile), the cached summaries covering it,
+        the answers citing it, and last its text: if this stops half-way, the record is still
+        there to find. Trees are not touched (see :meth:`remove_source_from_trees`)."""
+        self.delete_leaves(source_id)
         with _translated("deleting a source"):
-            self._collection("src").delete(where={"source_id": source_id})
-            for collection in self._cache_collections("leaf"):
-                collection.delete(where={"source_id": source_id})
             for collection in self._cache_collections("sum"):
                 collection.delete(where={"sources": {"$contains": source_id}})
             # Answers quote their sources: they go with them.
             self._collection("answers").delete(where={"sources": {"$contains": source_id}})
+            self._collection("src").delete(where={"source_id": source_id})
+
+    def delete_leaves(self, source_id: str, profile: str | None = None) -> None:
+        """Removes a source's cached leaves of one profile, or of every profile if None."""
+        with _translated("deleting cached leaves"):
+            if profile is None:
+                collections = self._cache_collections("leaf")
+            else:
+                collections = [self._collection(f"leaf-{profile}", cosine=True)]
+            for collection in collections:
+                collection.delete(where={"source_id": source_id})
 
     # -- answers and votes ----------------------------------------------------
 
@@ -267,6 +379,14 @@ class ChannelStore:
                     metadatas=[_chunk_metadata(c) for c in part],
                     embeddings=embeddings[start:end],
                 )
+
+    def has_leaves(self, profile: str, source_id: str) -> bool:
+        """Whether any leaf of the source is cached under ``profile``."""
+        with _translated("reading cached leaves"):
+            got = self._collection(f"leaf-{profile}", cosine=True).get(
+                where={"source_id": source_id}, limit=1, include=[]
+            )
+        return bool(got["ids"])
 
     def cached_leaves(self, profile: str, source_ids: Sequence[str]) -> dict[str, tuple[list[Chunk], np.ndarray]]:
         """The cached chunks and embeddings of those sources that have them, by source id."""
@@ -365,6 +485,7 @@ class ChannelStore:
             source_ids=tuple(meta.get("sources") or ()),
             nodes_per_layer={int(k): int(v) for k, v in json.loads(str(meta["layers"])).items()},
             revision=int(meta.get("revision", 0)),
+            forgotten=int(meta.get("forgotten", 0)),
         )
 
     def next_version(self) -> int:
@@ -393,9 +514,14 @@ class ChannelStore:
     def switch_to(self, state: TreeState) -> None:
         """Serves ``state.version`` from now on (one write), then drops every other
         tree but the one served until now (readers in flight may still use it)."""
-        previous = self.live_state()
-        self._write_state(state)
+        with self._state_lock():
+            previous = self.live_state()
+            self._write_state(state)
         self._drop_trees_except({state.version} | ({previous.version} if previous else set()))
+
+    def _state_lock(self) -> threading.Lock:
+        with _STATE_LOCKS_GUARD:
+            return _STATE_LOCKS.setdefault(self._prefix, threading.Lock())
 
     def _write_state(self, state: TreeState) -> None:
         meta: dict[str, Any] = {
@@ -404,6 +530,7 @@ class ChannelStore:
             "embedder": state.embedder_id,
             "layers": json.dumps({str(k): v for k, v in sorted(state.nodes_per_layer.items())}),
             "revision": state.revision,
+            "forgotten": state.forgotten,
         }
         if state.source_ids:
             meta["sources"] = list(state.source_ids)
@@ -508,27 +635,36 @@ class ChannelStore:
         return {i: np.asarray(v, dtype=np.float32) for i, v in zip(got["ids"], got["embeddings"])}
 
     def remove_source_from_trees(self, source_id: str) -> int:
-        """Deletes, from every stored tree, the nodes that cover ``source_id``.
+        """Deletes, from every stored tree (served, previous or unfinished), the nodes that
+        cover ``source_id``, and takes its id out of the served state.
 
         References to the deleted nodes are removed from the remaining nodes'
         children and parents, so the tree stays consistent until the next
         rebuild restores the summaries of the other sources. Returns the number
         of nodes deleted from the served tree.
         """
-        state = self.live_state()
-        removed_live: Counter[int] = Counter()
+        removed: dict[int, Counter[int]] = {}
         with _translated("removing a source from the tree"):
             for version in self._tree_versions():
-                removed = self._remove_from_tree(self._tree(version), source_id)
-                if state and version == state.version:
-                    removed_live = removed
-        if state and removed_live:
-            # Readers key what they derive from the tree (the BM25 index) on the revision;
-            # the counts per layer follow what is left, so status tells the truth.
-            left = {layer: count - removed_live[layer] for layer, count in state.nodes_per_layer.items()}
-            self._write_state(replace(state, revision=state.revision + 1,
-                                      nodes_per_layer={k: v for k, v in left.items() if v > 0}))
+                removed[version] = self._remove_from_version(version, source_id)
+        with self._state_lock():
+            # Read now, not before: a build may have switched over while the nodes went.
+            state = self.live_state()
+            if state is None:
+                return 0
+            removed_live = removed.get(state.version, Counter())
+            if removed_live or source_id in state.source_ids:
+                self._write_state(_without_source(state, source_id, removed_live))
         return sum(removed_live.values())
+
+    def _remove_from_version(self, version: int, source_id: str) -> Counter[int]:
+        """``_remove_from_tree`` on one version; nothing if a switch dropped that version meanwhile."""
+        try:
+            return self._remove_from_tree(self._tree(version), source_id)
+        except Exception:
+            if version in self._tree_versions():
+                raise
+            return Counter()
 
     def _remove_from_tree(self, collection: Any, source_id: str) -> Counter[int]:
         """Deletes the nodes covering ``source_id`` from one tree; how many per layer."""
@@ -609,6 +745,31 @@ def node_from(node_id: str, text: str, metadata: dict[str, Any]) -> Node:
         start=int(metadata.get("start", -1)),
         end=int(metadata.get("end", -1)),
     )
+
+
+def _without_source(state: TreeState, source_id: str, removed: Counter[int]) -> TreeState:
+    """The served state after ``source_id`` was forgotten and ``removed`` nodes (per layer) went."""
+    left = {layer: count - removed[layer] for layer, count in state.nodes_per_layer.items()}
+    forgotten = source_id in state.source_ids
+    return replace(
+        state,
+        source_ids=tuple(i for i in state.source_ids if i != source_id),
+        # Readers key what they derive from the tree (the BM25 index) on the revision;
+        # the counts per layer follow what is left, so status tells the truth.
+        revision=state.revision + (1 if removed else 0),
+        nodes_per_layer={k: v for k, v in left.items() if v > 0},
+        # The id goes, but the count stays: the summaries above it still want a rebuild.
+        forgotten=state.forgotten + (1 if forgotten else 0),
+    )
+
+
+def _state_of(metadata: dict[str, Any]) -> SourceState:
+    """The state of a source's first segment record; records written before states are ``LEGACY``."""
+    value = metadata.get("state")
+    return SourceState(str(value)) if value else SourceState.LEGACY
+
+
+_LISTED = frozenset({SourceState.STORED, SourceState.LEGACY})
 
 
 def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any]:

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from raptor_engine.errors import StoreUnavailable
-from raptor_engine.store import SEGMENT_CHARS, ChromaStore, TreeState, channel_digest
+from raptor_engine.store import (
+    SEGMENT_CHARS,
+    ChromaStore,
+    SourceState,
+    TreeState,
+    channel_digest,
+)
 from raptor_engine.types import ChannelKey, Chunk, Node, Source, SourceKind
 from tests.conftest import free_port
 
@@ -94,6 +100,33 @@ def test_removing_a_source_cleans_links(any_store: ChromaStore, channel: Channel
     assert store.remove_source_from_trees("g" * 64) == 2  # its leaf and the summary covering it
     remaining = store.get_nodes(1, ["k.0", "g.0", "s1.mixed"])
     assert [n.id for n in remaining] == ["k.0"] and remaining[0].parents == ()
+
+
+def test_only_stored_sources_are_listed_and_forgetting_is_seen(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    done, half, going = "h" * 64, "i" * 64, "j" * 64
+    store.put_source(_source(done, "done"), "done")
+    store.put_source(_source(half, "half"), "half", SourceState.STORING)
+    store.put_source(_source(going, "going"), "going")
+    store.set_source_state(going, SourceState.FORGETTING)
+    assert [s.id for s in store.list_sources()] == [done]
+    assert store.get_source(half) is None and store.source_record(half)[1] is SourceState.STORING
+    assert store.sources_in_state(SourceState.FORGETTING) == [going]
+    assert store.forgotten_among([done, half, going, "k" * 64]) == {going, "k" * 64}  # half is not forgotten
+    store.set_source_state(half, SourceState.STORED)
+    store.set_source_state("k" * 64, SourceState.STORED)  # no record: nothing happens
+    assert {s.id for s in store.list_sources()} == {done, half} and store.source_record("k" * 64) is None
+
+
+def test_removing_a_source_takes_its_id_out_of_the_served_state(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    nodes, vectors = _tree("m" * 64)
+    store.write_tree(1, nodes, vectors)
+    store.switch_to(TreeState(1, "now", "m", ("m" * 64, "n" * 64), {0: 3, 1: 1}))
+    assert store.remove_source_from_trees("m" * 64) == 4
+    state = store.live_state()
+    assert state.source_ids == ("n" * 64,) and state.forgotten == 1 and state.nodes_per_layer == {}
+    assert store.remove_source_from_trees("m" * 64) == 0 and store.live_state().forgotten == 1
 
 
 def test_unreachable_server_is_a_clear_error() -> None:
