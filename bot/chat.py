@@ -16,8 +16,10 @@ from raptor_engine.types import ChannelKey
 
 @dataclass(frozen=True, slots=True)
 class Person:
-    """Who sent an event. ``manages_channel`` is what the platform says (a Slack channel
-    manager, a Discord member with Manage Messages); configured admin ids add to it."""
+    """Who sent an event. ``id`` is the platform's user id (stable; names are not).
+    ``manages_channel`` is what the platform says: a Slack workspace admin or owner,
+    a Discord member with Manage Messages in the channel (anyone, in a direct message),
+    the person at the console. Configured admin ids add to it (``bot.commands.may_manage``)."""
 
     id: str
     name: str = ""
@@ -56,7 +58,9 @@ class Command:
 @dataclass(frozen=True, slots=True)
 class Upload:
     """A file shared in the channel. ``data`` is the file's bytes, already downloaded
-    by the adapter; ``link`` points back to it (a permalink or a local path)."""
+    by the adapter; ``link`` points back to it (a permalink or a local path).
+    ``size`` is the file's full size in bytes when the platform says it: adapters read
+    at most one byte past the upload limit, so ``data`` alone may understate it."""
 
     channel: ChannelKey
     person: Person
@@ -64,6 +68,7 @@ class Upload:
     data: bytes
     link: str = ""
     external_id: str = ""
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

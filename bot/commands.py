@@ -4,7 +4,14 @@ A command arrives as text (``"/rebuild"``, ``"rebuild"``, ``"forget 3f9a1c2b7d"`
 Slack's ``/raptor rebuild`` gives the adapter ``"rebuild"``) and is parsed into a
 name and an argument by :func:`parse_command`. The handler
 (:mod:`bot.handler`) runs them; :func:`may_manage` says who may run the
-commands marked ``admin_only``.
+commands marked ``admin_only``, and :func:`may_remove_pin` who may remove a
+source by unpinning it.
+
+A channel's admins are the people the platform says manage it
+(``Person.manages_channel``: Slack workspace admins and owners; on Discord,
+members with Manage Messages in the channel, and anyone in a direct message; the
+person at the console) and the ids listed in ``bot.admins`` or in
+``bot.channels["platform/workspace/channel"].admins``.
 """
 
 from __future__ import annotations
@@ -71,10 +78,17 @@ def parse_command(text: str) -> tuple[str, str]:
 
 
 def may_manage(person: Person, key: ChannelKey, config: BotConfig) -> bool:
-    """True when ``person`` may run admin-only commands in the channel ``key``: the
-    platform says they manage the channel, or their id is listed in ``bot.admins``
+    """True when ``person`` is an admin of the channel ``key`` (see the module docstring):
+    the platform says they manage the channel, or their id is listed in ``bot.admins``
     or in ``bot.channels["platform/workspace/channel"].admins``."""
     if person.manages_channel or person.id in config.admins:
         return True
     channel = config.channels.get(str(key))
     return channel is not None and person.id in channel.admins
+
+
+def may_remove_pin(person: Person, pinner_id: str, key: ChannelKey, config: BotConfig) -> bool:
+    """True when unpinning by ``person`` may remove the source a pin became: they are an
+    admin of the channel (:func:`may_manage`), or they are the person who pinned it
+    (``pinner_id``, a platform id; empty when unknown, which matches nobody)."""
+    return may_manage(person, key, config) or (bool(pinner_id) and person.id == pinner_id)

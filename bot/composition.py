@@ -27,6 +27,7 @@ def engine_settings(config: Config) -> EngineSettings:
     return EngineSettings(
         chunk_tokens=config.chunking.tokens,
         max_file_bytes=int(config.files.max_mb * 1024 * 1024),
+        max_text_chars=int(config.files.max_text_mb * 1024 * 1024),
         summary_tokens=tree.summary_tokens,
         max_concurrency=tree.max_concurrency,
         spending=SpendingLimits(config.llm.max_calls_per_rebuild, config.llm.max_tokens_per_rebuild),
@@ -49,10 +50,20 @@ def engine_settings(config: Config) -> EngineSettings:
 
 
 def open_store(config: Config) -> ChromaStore:
-    """The Chroma server if one is configured, else Chroma embedded under ``data_dir``."""
-    if config.chroma.host:
-        log.info("using the Chroma server at %s:%d", config.chroma.host, config.chroma.port)
-        return ChromaStore.remote(config.chroma.host, config.chroma.port, config.chroma.ssl)
+    """The Chroma server if one is configured (signed in as ``chroma`` says), else Chroma
+    embedded under ``data_dir``. Credentials are never logged, only how they are sent."""
+    chroma = config.chroma
+    if chroma.host:
+        signed_in = ("with a token" if chroma.token.get_secret_value()
+                     else "as " + chroma.username if chroma.username else "without credentials")
+        log.info("using the Chroma server at %s:%d (tenant %s, database %s), %s",
+                 chroma.host, chroma.port, chroma.tenant, chroma.database, signed_in)
+        return ChromaStore.remote(
+            chroma.host, chroma.port, chroma.ssl,
+            token=chroma.token.get_secret_value(), token_header=chroma.token_header,
+            username=chroma.username, password=chroma.password.get_secret_value(),
+            tenant=chroma.tenant, database=chroma.database,
+        )
     return ChromaStore.embedded(config.data_dir / "chroma")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -24,12 +24,40 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_SectionT = TypeVar("_SectionT", bound=_Section)
+
+
 class ChromaConfig(_Section):
-    """Where the tree lives: embedded under ``data_dir`` unless a server ``host`` is set."""
+    """Where the tree lives: embedded under ``data_dir`` unless a server ``host`` is set.
+
+    A secured server or hosted Chroma takes a ``token`` (sent as ``Authorization:
+    Bearer``, or as ``X-Chroma-Token`` with ``token_header``) or a ``username`` and
+    ``password`` (HTTP basic), and the ``tenant`` and ``database`` to work in; all of
+    these need ``host`` (embedded Chroma has no authentication)."""
 
     host: str | None = None
     port: int = Field(default=8000, ge=1, le=65535)
     ssl: bool = False
+    token: SecretStr = SecretStr("")
+    token_header: Literal["Authorization", "X-Chroma-Token"] = "Authorization"
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    tenant: str = Field(default="default_tenant", min_length=1)
+    database: str = Field(default="default_database", min_length=1)
+
+    @model_validator(mode="after")
+    def _one_way_to_sign_in(self) -> ChromaConfig:
+        token, password = bool(self.token.get_secret_value()), bool(self.password.get_secret_value())
+        if token and (self.username or password):
+            raise ValueError("set token, or username and password, not both")
+        if bool(self.username) != password:
+            raise ValueError("username and password go together (HTTP basic)")
+        if ":" in self.username:
+            raise ValueError("username cannot contain ':' (HTTP basic)")
+        server_only = token or password or (self.tenant, self.database) != ("default_tenant", "default_database")
+        if server_only and not self.host:
+            raise ValueError("token, username, password, tenant and database need host (a Chroma server)")
+        return self
 
 
 class EmbedderConfig(_Section):
@@ -73,7 +101,11 @@ class ChunkingConfig(_Section):
 
 
 class FilesConfig(_Section):
+    """Upload limits: ``max_mb`` of file, ``max_text_mb`` of text extracted from it
+    (a small file can unpack into far more text; past the limit it is refused)."""
+
     max_mb: float = Field(default=20.0, gt=0, le=1024)
+    max_text_mb: float = Field(default=5.0, gt=0, le=1024)
 
 
 class TreeConfig(_Section):
@@ -118,17 +150,31 @@ class ScheduleConfig(_Section):
 
 
 class ChannelConfig(_Section):
-    """Settings of one channel, keyed ``platform/workspace/channel`` under ``bot.channels``."""
+    """Settings of one channel, keyed ``platform/workspace/channel`` under ``bot.channels``.
+    In ``rate_limits`` and ``limits``, the keys given replace the global ones; the rest are inherited."""
 
     schedule: ScheduleConfig | None = None
     admins: list[str] = []
+    rate_limits: RateLimitConfig | None = None
+    limits: LimitsConfig | None = None
 
 
 class RateLimitConfig(_Section):
-    """0 turns a limit off."""
+    """Sliding windows; 0 turns a limit off. Uploads count files and pins alike."""
 
     questions_per_user_per_minute: int = Field(default=10, ge=0, le=10_000)
     rebuilds_per_channel_per_hour: int = Field(default=6, ge=0, le=10_000)
+    uploads_per_user_per_hour: int = Field(default=30, ge=0, le=10_000)
+    # Bytes of uploaded files and pinned text a channel takes in per 24 hours.
+    upload_mb_per_channel_per_day: float = Field(default=100.0, ge=0, le=1_000_000)
+
+
+class LimitsConfig(_Section):
+    """Caps on what one channel holds, checked before a source is added; 0 = no cap.
+    Stored size counts the characters of the sources' text."""
+
+    max_sources_per_channel: int = Field(default=0, ge=0, le=10_000_000)
+    max_stored_mb_per_channel: float = Field(default=0.0, ge=0, le=1_000_000)
 
 
 class BotConfig(_Section):
@@ -140,6 +186,7 @@ class BotConfig(_Section):
     schedule: ScheduleConfig = ScheduleConfig()
     channels: dict[str, ChannelConfig] = {}
     rate_limits: RateLimitConfig = RateLimitConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @model_validator(mode="after")
     def _channel_keys_have_three_parts(self) -> BotConfig:
@@ -148,6 +195,24 @@ class BotConfig(_Section):
             if len(parts) != 3 or not all(parts):
                 raise ValueError(f"channels: {name!r} is not platform/workspace/channel")
         return self
+
+    def rate_limits_for(self, channel: str) -> RateLimitConfig:
+        """The rate limits of ``channel`` (``platform/workspace/channel``): ``rate_limits``
+        with the keys set in ``channels[channel].rate_limits`` in their place."""
+        own = self.channels.get(channel)
+        return _overlay(self.rate_limits, own.rate_limits if own is not None else None)
+
+    def limits_for(self, channel: str) -> LimitsConfig:
+        """The caps of ``channel``: ``limits`` with the keys set in ``channels[channel].limits`` in their place."""
+        own = self.channels.get(channel)
+        return _overlay(self.limits, own.limits if own is not None else None)
+
+
+def _overlay(base: _SectionT, own: _SectionT | None) -> _SectionT:
+    """``base`` with the keys ``own`` was given explicitly (its defaults do not count)."""
+    if own is None:
+        return base
+    return base.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
 
 
 class ConsoleConfig(_Section):
@@ -232,16 +297,25 @@ class Config(_Section):
 def load_config(path: Path | None, environ: dict[str, str] | None = None) -> Config:
     """Reads, expands and validates a configuration file; no file means all defaults.
 
-    Raises ``ConfigError`` naming the file and the key path of the first problems.
+    Raises ``ConfigError`` naming the file and the key path (or, for a YAML syntax
+    error, the line and column) of the first problems, and the kind of problem. Its
+    text never echoes a value from the file: a value may be a secret written inline.
+    The original exception is not chained either, since a traceback would print it.
     """
     if path is None:
         return Config()
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the configuration {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start + 1} cannot be decoded)") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
+    except ValueError:  # a scalar YAML resolves but cannot build, e.g. the date 2024-13-45
+        raise ConfigError(f"{path} is not valid YAML: a value cannot be read (such as an impossible date)") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -271,11 +345,66 @@ def _expand(value: Any, environ: dict[str, str] | os._Environ[str], where: tuple
     return value
 
 
+_QUOTED = re.compile(r"'([^']*)'")
+_DOUBLE_QUOTED = re.compile(r'"[^"]*"')
+_HIDDEN = "'…'"
+_SHORTEST_HIDDEN = 4  # shorter strings are words of the messages themselves ("api", "dm") more often than secrets
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """Where and what kind of YAML error: ``line 3, column 5: could not find expected ':'
+    (while scanning a simple key)``. PyYAML's own text quotes the offending line, so it is
+    not used; quoted fragments of its messages (an alias name, a tag) are hidden too,
+    keeping only a lone character and token kinds such as ``'<stream end>'``."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        parts = [_hide_quoted(error.problem or "a syntax error")]
+        if error.context:
+            parts.append(f"({_hide_quoted(error.context)})")
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        return where + " ".join(parts)
+    if isinstance(error, yaml.reader.ReaderError):
+        return f"character {error.position + 1}: a character YAML does not accept ({error.reason})"
+    return f"a {type(error).__name__}"
+
+
+def _hide_quoted(text: str) -> str:
+    def hide(found: re.Match[str]) -> str:
+        inner = found.group(1)
+        keep = len(inner) <= 2 or (inner.startswith("<") and inner.endswith(">"))
+        return found.group(0) if keep else _HIDDEN
+
+    return _QUOTED.sub(hide, text)
+
+
 def _describe(error: ValidationError) -> str:
-    """The first few validation problems as ``key.path: message`` (values are not echoed: they may be secrets)."""
+    """The first few validation problems as ``key.path: message``. Values are never
+    echoed (they may be secrets): pydantic's own messages name what was expected, and
+    any string of the offending input that a message (ours included) repeats is hidden."""
     problems = []
-    for item in error.errors()[:5]:
+    for item in error.errors(include_url=False)[:5]:
         path = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+        message = "unknown key" if item["type"] == "extra_forbidden" else _hide_values(item["msg"], item.get("input"))
         problems.append(f"{path}: {message}")
     return "; ".join(problems)
+
+
+def _hide_values(message: str, given: Any) -> str:
+    """``message`` with every string value in ``given`` (a value, or a whole section),
+    every word of one (a validator may quote one field of a value) and anything in
+    double quotes replaced by ``'…'``, longest first so that no part of one survives.
+    Keys are not values: they are the path the message names anyway."""
+    for text in sorted(_strings(given), key=len, reverse=True):
+        message = message.replace(repr(text), _HIDDEN).replace(text, _HIDDEN)
+    # Libraries behind our validators (APScheduler's cron parser) double-quote a piece of the value.
+    return _DOUBLE_QUOTED.sub(_HIDDEN, message)
+
+
+def _strings(given: Any) -> set[str]:
+    if isinstance(given, dict):
+        return {s for v in given.values() for s in _strings(v)}
+    if isinstance(given, list | tuple | set | frozenset):
+        return {s for v in given for s in _strings(v)}
+    if not isinstance(given, str):
+        return set()
+    return {text for text in (given, *given.split()) if len(text) >= _SHORTEST_HIDDEN}

@@ -17,7 +17,18 @@ Contracts:
 - ``rebuild`` and ``forget`` are for the channel's admins only (see
   :func:`bot.commands.may_manage`); questions are limited per person and
   minute, rebuild requests per channel and hour, each refusal saying when to
-  try again.
+  try again. Limits are ``bot.rate_limits``, with a channel's own keys from
+  ``bot.channels[...].rate_limits`` in their place.
+- Ingestion is bounded before any loading or embedding: files and pins per
+  person and hour, their bytes per channel and day (a duplicate, or anything
+  that stores nothing, gives its bytes back), and optional caps on a channel's
+  number of sources and stored text (``bot.limits``). The caps are read from
+  the store just before ingesting, so two uploads at the same moment may pass
+  a cap by one source.
+- Unpinning removes the sources a pin became only when ``bot.unpin_removes_source``
+  is on and the person unpinning is an admin or the one who pinned it
+  (:func:`bot.commands.may_remove_pin`); otherwise they stay, and the reply says
+  who can remove them.
 """
 
 from __future__ import annotations
@@ -30,10 +41,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bot import commands, replies
-from bot.chat import Attachment, Command, Event, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
+from bot.chat import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.config import Config
 from bot.errors import BotError
-from bot.ingestion import ingest_pin, ingest_upload, pinned_sources
+from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
 from bot.rate_limits import RateLimiter
 from bot.scheduler import RequestResult
 from bot.tree_picture import render_outline_text, render_png, tree_outline
@@ -42,13 +53,15 @@ from raptor_engine.types import Answer, ChannelKey
 
 if TYPE_CHECKING:
     from bot.scheduler import RebuildScheduler
-    from raptor_engine.engine import Engine
+    from raptor_engine.engine import Engine, IngestResult
 
 log = logging.getLogger(__name__)
 
 CONTEXT_MESSAGES = 2  # earlier thread messages prepended to a follow-up question for retrieval
 CONTEXT_CHARS = 500  # each cut to this many characters, so a long paste cannot drown the question
 TREE_PICTURE_NAME = "raptor-tree.png"
+HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
 
 
 def retrieval_query(question: Question) -> str:
@@ -78,9 +91,11 @@ class ChatHandler:
         self._engine = engine
         self._config = config
         self._scheduler = scheduler
-        limits = config.bot.rate_limits
-        self._questions = RateLimiter(limits.questions_per_user_per_minute, 60.0, clock=clock)
-        self._rebuilds = RateLimiter(limits.rebuilds_per_channel_per_hour, 3600.0, clock=clock)
+        # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
+        self._questions = RateLimiter(0, 60.0, clock=clock)
+        self._rebuilds = RateLimiter(0, HOUR_S, clock=clock)
+        self._uploads = RateLimiter(0, HOUR_S, clock=clock)
+        self._upload_bytes = RateLimiter(0, DAY_S, clock=clock)
 
     async def handle(self, event: Event, send: Send) -> None:
         """Handles one event, replying through ``send``; never raises for a failure of the
@@ -128,9 +143,9 @@ class ChatHandler:
             await send(Reply(ReplyKind.INFO, replies.EMPTY_QUESTION, thread=event.thread))
             return
         key = event.channel
-        wait = self._questions.try_acquire((key, event.person.id))
+        limit = self._config.bot.rate_limits_for(str(key)).questions_per_user_per_minute
+        wait = self._questions.try_acquire((key, event.person.id), limit=limit)
         if wait > 0:
-            limit = self._config.bot.rate_limits.questions_per_user_per_minute
             await send(Reply(ReplyKind.INFO, replies.question_limit_text(limit, wait), private=True, thread=event.thread))
             return
         context = event.context if isinstance(event, Question) else ()
@@ -195,9 +210,9 @@ class ChatHandler:
             # Said now rather than by the scheduler later, and without using up a rebuild of the hour.
             await send(Reply(ReplyKind.ERROR, replies.NO_MATERIAL, thread=command.thread))
             return
-        wait = self._rebuilds.try_acquire(key)
+        limit = self._config.bot.rate_limits_for(str(key)).rebuilds_per_channel_per_hour
+        wait = self._rebuilds.try_acquire(key, limit=limit)
         if wait > 0:
-            limit = self._config.bot.rate_limits.rebuilds_per_channel_per_hour
             await send(Reply(ReplyKind.INFO, replies.rebuild_limit_text(limit, wait), thread=command.thread))
             return
         result = await self._scheduler.request(key, command.person.label, send)
@@ -243,25 +258,89 @@ class ChatHandler:
     # -- sources ----------------------------------------------------------------
 
     async def _upload(self, upload: Upload, send: Send) -> None:
-        result = await asyncio.to_thread(ingest_upload, self._engine, upload)
-        self._scheduler.watch(upload.channel)
-        await send(Reply(ReplyKind.INFO, replies.added_text(result)))
+        await self._add(upload, upload.size or len(upload.data), upload.filename, send, lambda: ingest_upload(self._engine, upload))
 
     async def _pin(self, pin: Pin, send: Send) -> None:
-        result = await asyncio.to_thread(ingest_pin, self._engine, pin)
-        self._scheduler.watch(pin.channel)
+        document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
+        size = len(document.text.encode("utf-8"))
+        await self._add(pin, size, document.title, send, lambda: ingest_pin(self._engine, pin))
+
+    async def _add(
+        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[], IngestResult]
+    ) -> None:
+        """Stores a file or a pin of ``size`` bytes (``name`` is how refusals call it) by calling
+        ``ingest`` in a worker thread, once the limits allow it; otherwise says which limit refused."""
+        key = event.channel
+        refusal = await self._refusal(key, event.person, size, name)
+        if refusal is not None:
+            log.info("channel %s: %s by %s refused by a limit", key, type(event).__name__.lower(), event.person.id)
+            await send(refusal)
+            return
+        stored = False
+        try:
+            result = await asyncio.to_thread(ingest)
+            stored = not result.duplicate
+        finally:
+            if not stored:  # only what is stored spends the channel's budget (not a duplicate, not a rejected file)
+                self._upload_bytes.refund(key, size)
+        self._scheduler.watch(key)
         await send(Reply(ReplyKind.INFO, replies.added_text(result)))
+
+    async def _refusal(self, key: ChannelKey, person: Person, size: int, name: str) -> Reply | None:
+        """None when a new source of ``size`` bytes may be added now (and it is counted against the
+        rate limits); else the reply saying which limit refused it (and nothing is counted)."""
+        caps = self._config.bot.limits_for(str(key))
+        max_stored = megabytes_to_bytes(caps.max_stored_mb_per_channel)
+        if caps.max_sources_per_channel or max_stored:
+            sources = await asyncio.to_thread(self._engine.sources, key)
+            if caps.max_sources_per_channel and len(sources) >= caps.max_sources_per_channel:
+                return Reply(ReplyKind.ERROR, replies.source_cap_text(name, caps.max_sources_per_channel))
+            held = sum(source.chars for source in sources)
+            if max_stored and held + size > max_stored:
+                return Reply(ReplyKind.ERROR, replies.stored_cap_text(name, size, held, max_stored))
+        limits = self._config.bot.rate_limits_for(str(key))
+        mine = (key, person.id)
+        # The channel's admins are trusted with many uploads (a Discord pin, made by a Manage Messages
+        # holder, arrives with no person at all); the channel's byte budget still holds for them.
+        per_person = 0 if commands.may_manage(person, key, self._config.bot) else limits.uploads_per_user_per_hour
+        wait = self._uploads.try_acquire(mine, limit=per_person)
+        if wait > 0:
+            text = replies.upload_limit_text(name, limits.uploads_per_user_per_hour, wait)
+            return Reply(ReplyKind.INFO, text, private=True)
+        budget = megabytes_to_bytes(limits.upload_mb_per_channel_per_day)
+        wait = self._upload_bytes.try_acquire(key, size, limit=budget)
+        if wait > 0:
+            self._uploads.refund(mine)  # refused: it is not one of their uploads of the hour
+            return Reply(ReplyKind.INFO, replies.upload_budget_text(name, size, budget, wait), private=True)
+        return None
 
     async def _unpin(self, unpin: Unpin, send: Send) -> None:
         key = unpin.channel
         removes = self._config.bot.unpin_removes_source
         sources = await asyncio.to_thread(pinned_sources, self._engine, key, unpin.external_id)
-        if removes:
-            for source in sources:
-                await asyncio.to_thread(self._engine.forget, key, source.id)
-            if sources:
-                self._scheduler.watch(key)
-        await send(Reply(ReplyKind.INFO, replies.unpinned_text(sources, removes)))
+        if not removes or not sources:
+            await send(Reply(ReplyKind.INFO, replies.unpinned_text(sources, removes)))
+            return
+        allowed = [
+            s for s in sources if commands.may_remove_pin(unpin.person, adder_id(s.added_by), key, self._config.bot)
+        ]
+        kept = [s for s in sources if s not in allowed]
+        for source in allowed:
+            await asyncio.to_thread(self._engine.forget, key, source.id)
+        if allowed:
+            self._scheduler.watch(key)
+        if kept:
+            log.info("channel %s: unpin of %s by %s left %d source(s): not an admin nor the pinner",
+                     key, unpin.external_id, unpin.person.id, len(kept))
+        texts = ([replies.unpinned_text(allowed, removes)] if allowed else []) + (
+            [replies.unpin_kept_text(kept)] if kept else []
+        )
+        await send(Reply(ReplyKind.INFO, "\n".join(texts)))
+
+
+def megabytes_to_bytes(mb: float) -> int:
+    """A size in MB of the configuration (binary, as ``files.max_mb``) in bytes; 0 stays 0 (no limit)."""
+    return int(mb * replies.MEGABYTE)
 
 
 def _channel_title(key: ChannelKey) -> str:

@@ -5,15 +5,20 @@ The functions that call the engine are blocking (they embed): the handler runs
 them in a worker thread. A pinned thread (a pin with replies) becomes ONE
 source of kind ``THREAD``: the root and its replies joined as one text, so its
 excerpts keep the conversation's order.
+
+Who added a source is stored in its ``added_by`` as the person's name *and*
+platform id (:func:`added_by`): names are shown to people, but only the id
+says who may remove a pin again (a display name can be shared or changed).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from bot.chat import Pin, Upload
+from bot.chat import Person, Pin, Upload
 from bot.errors import BotError
 from raptor_engine.types import ChannelKey, Document, Source, SourceKind
 
@@ -25,6 +30,7 @@ log = logging.getLogger(__name__)
 TITLE_WORDS = 8  # a pin's title is its first words...
 TITLE_CHARS = 60  # ...cut to at most this many characters
 MIN_ID_PREFIX = 6  # as Engine.find_source: shorter prefixes match too much
+_ADDED_BY = re.compile(r"(?P<name>.*?) ?\(id (?P<id>[^()]+)\)", re.DOTALL)
 
 
 def ingest_upload(engine: Engine, upload: Upload) -> IngestResult:
@@ -34,7 +40,8 @@ def ingest_upload(engine: Engine, upload: Upload) -> IngestResult:
     cannot be used; nothing is stored then.
     """
     return engine.ingest_bytes(
-        upload.channel, upload.data, upload.filename, upload.link, upload.person.label, upload.external_id
+        upload.channel, upload.data, upload.filename, upload.link, added_by(upload.person), upload.external_id,
+        size=upload.size,
     )
 
 
@@ -56,10 +63,32 @@ def pin_document(pin: Pin) -> Document:
         title=pin_title(pin.text or text, pin.author, kind),
         kind=kind,
         link=pin.link,
-        added_by=pin.person.label,
+        added_by=added_by(pin.person),
         added_at="",
         external_id=pin.external_id,
     )
+
+
+def added_by(person: Person) -> str:
+    """What a source stores as ``added_by``: the person's name with their platform id,
+    ``Ana (id U0123)``, or ``(id U0123)`` for a person with no name. Pure."""
+    return f"{person.name} (id {person.id})" if person.name else f"(id {person.id})"
+
+
+def adder_id(stored: str) -> str:
+    """The platform id in a stored ``added_by`` (see :func:`added_by`); empty when it holds
+    none (sources stored before ids were kept hold a name only, which proves nothing)."""
+    match = _ADDED_BY.fullmatch(stored)
+    return match.group("id") if match else ""
+
+
+def adder_name(stored: str) -> str:
+    """The name to show for a stored ``added_by``: the person's name, else their id;
+    an older ``added_by`` (a name only) as it is."""
+    match = _ADDED_BY.fullmatch(stored)
+    if match is None:
+        return stored
+    return match.group("name") or match.group("id")
 
 
 def thread_text(root: str, replies: Sequence[str]) -> str:

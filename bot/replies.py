@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from bot.commands import COMMANDS
 from bot.errors import explain
+from bot.ingestion import adder_id, adder_name
 from raptor_engine.answering import quote
 from raptor_engine.errors import DocumentRejected
 from raptor_engine.tree import BuildProgress
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHORT_ID = 10  # characters of a source id shown to people; enough to forget it by
+MEGABYTE = 1024 * 1024  # as files.max_mb
 NO_MATERIAL = (
     "This channel has no material yet: upload a file or pin a message, then ask again."
 )
@@ -129,7 +131,7 @@ def sources_text(sources: Sequence[Source]) -> str:
         return "No sources yet: upload a file or pin a message to add one."
     lines = [f"{_count(len(sources), 'source')}:"]
     for source in sources:
-        by = f" by {source.added_by}" if source.added_by else ""
+        by = f" by {adder_name(source.added_by)}" if source.added_by else ""
         on = f" on {when(source.added_at)}" if source.added_at else ""
         lines.append(
             f"{source.id[:SHORT_ID]}  “{source.title}” · {source.kind.value} · "
@@ -188,6 +190,18 @@ def unpinned_text(sources: Sequence[Source], removes: bool) -> str:
         f"{titles} stays a source of this channel (unpinning does not remove sources here); "
         f"to remove it, use forget {sources[0].id[:SHORT_ID]}."
     )
+
+
+def unpin_kept_text(kept: Sequence[Source]) -> str:
+    """The reply to an unpin by someone who may not remove what the pin became: each
+    source stays, and the reply says who can remove it (the admins, and the person who
+    added it, by name, when the source records their id)."""
+    lines = []
+    for source in kept:
+        pinner = adder_name(source.added_by) if adder_id(source.added_by) else ""
+        who = f"{pinner}, who added it, or this channel's admins" if pinner else "this channel's admins"
+        lines.append(f"“{source.title}” stays a source of this channel: only {who} can remove it.")
+    return "\n".join(lines)
 
 
 def rejected_text(error: DocumentRejected) -> str:
@@ -258,7 +272,7 @@ def usage_text(name: str) -> str:
 def refusal_text(name: str) -> str:
     """The reply to an admin-only command from someone who is not an admin here."""
     what = {"rebuild": "rebuild this channel's tree", "forget": "forget a source"}.get(name, f"run {name}")
-    return f"Only this channel's admins can {what}. Ask one of them, or a channel manager."
+    return f"Only this channel's admins can {what}; please ask one of them."
 
 
 def question_limit_text(limit: int, wait_s: float) -> str:
@@ -272,6 +286,45 @@ def rebuild_limit_text(limit: int, wait_s: float) -> str:
     return (
         f"This channel has asked for {_count(limit, 'rebuild')} in the last hour, the most allowed; "
         f"you can ask again {in_time(wait_s)}."
+    )
+
+
+def upload_limit_text(name: str, limit: int, wait_s: float) -> str:
+    """An upload or pin refused because its sender reached ``bot.rate_limits.uploads_per_user_per_hour``."""
+    return (
+        f"I did not add “{name}”: you have added {_count(limit, 'file or pin', 'files and pins')} "
+        f"in the last hour, the most allowed. Please try again {in_time(wait_s)}."
+    )
+
+
+def upload_budget_text(name: str, size: int, budget: int, wait_s: float) -> str:
+    """An upload or pin of ``size`` bytes refused by the channel's daily byte ``budget``
+    (``bot.rate_limits.upload_mb_per_channel_per_day``); ``wait_s`` is infinite when it
+    alone is larger than the budget."""
+    if math.isinf(wait_s):
+        return (
+            f"I did not add “{name}”: at {megabytes(size)} it is more than this channel "
+            f"may take in per day ({megabytes(budget)})."
+        )
+    return (
+        f"I did not add “{name}” ({megabytes(size)}): this channel may take in {megabytes(budget)} "
+        f"of files and pins per day, and that is used up. Please try again {in_time(wait_s)}."
+    )
+
+
+def source_cap_text(name: str, limit: int) -> str:
+    """An upload or pin refused because the channel holds ``bot.limits.max_sources_per_channel`` sources."""
+    return (
+        f"I did not add “{name}”: this channel already holds {_count(limit, 'source')}, the most allowed. "
+        "An admin can forget one to make room."
+    )
+
+
+def stored_cap_text(name: str, size: int, held: int, cap: int) -> str:
+    """An upload or pin refused because the channel's sources would pass ``bot.limits.max_stored_mb_per_channel``."""
+    return (
+        f"I did not add “{name}” ({megabytes(size)}): this channel holds {megabytes(held)} of sources "
+        f"and may hold at most {megabytes(cap)}. An admin can forget a source to make room."
     )
 
 
@@ -303,6 +356,13 @@ def in_time(seconds: float) -> str:
     if minutes < 90:
         return f"in {_count(minutes, 'minute')}"
     return f"in {_count(math.ceil(minutes / 60), 'hour')}"
+
+
+def megabytes(size: int) -> str:
+    """``100 MB``, ``2.5 MB``, ``12 KB``, ``1.2 KB`` (binary units, as ``files.max_mb``)."""
+    value, unit = (size / MEGABYTE, "MB") if size >= MEGABYTE // 10 else (size / 1024, "KB")
+    shown = f"{value:,.0f}" if value >= 10 else f"{value:.1f}".removesuffix(".0")
+    return f"{shown} {unit}"
 
 
 def when(moment: str | datetime) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bot.ingestion import adder_name
 from raptor_engine.answering import quote
 from raptor_engine.types import Answer, BuildReport, Citation, Node, NodeView, Source, TreeStats
 
@@ -82,7 +83,7 @@ def format_sources(sources: list[Source]) -> str:
         return "No sources yet."
     return "\n".join(
         f"{s.id[:12]}  {s.title}  ({s.kind.value}, {s.chars:,} chars, added {s.added_at}"
-        + (f" by {s.added_by}" if s.added_by else "")
+        + (f" by {adder_name(s.added_by)}" if s.added_by else "")
         + ")"
         for s in sources
     )

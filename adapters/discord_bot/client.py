@@ -18,6 +18,9 @@ lives in :mod:`~adapters.discord_bot.translate`, the messages in
   shows it is typing while it works;
 * attachments of a message that mentions the bot, and of every message in a
   ``library_channels`` channel, are downloaded and added as sources;
+* a private thread is a channel of its own (:attr:`translate.Place.key`): its
+  files and pins never reach its parent channel's tree, and questions there are
+  answered from its own tree;
 * a change of a channel's pins is compared with the pinned-message sources the
   engine holds for that channel: new pins are added (a pinned message that
   starts a thread with the thread's messages), unpinned ones removed;
@@ -239,7 +242,8 @@ class RaptorClient(discord.Client):
                           attachment.id, attachment.filename, message.id, reference)
             await send(render.download_failed_reply(attachment.filename, reference))
             return
-        upload = Upload(place.key, person, attachment.filename, data, link=message.jump_url, external_id=external_id)
+        upload = Upload(place.key, person, attachment.filename, data, link=message.jump_url, external_id=external_id,
+                        size=attachment.size)
         await self.raptor.handler.handle(upload, send)
 
     def _message_person(self, message: discord.Message) -> Person:
@@ -248,7 +252,8 @@ class RaptorClient(discord.Client):
 
     async def _place(self, channel: Any, guild_id: int | None) -> Place:
         """The place of a channel; a thread discord.py has not cached is fetched once to
-        learn its parent (threads share their channel's tree)."""
+        learn its parent and its type (a public thread shares its channel's tree, a
+        private one has its own). Unfetched, it is keyed as a channel of its own."""
         if isinstance(channel, discord.PartialMessageable) and guild_id is not None:
             try:
                 channel = await self.fetch_channel(channel.id)

@@ -10,9 +10,16 @@ pinned-message sources the engine holds.
 Identifiers kept in the engine (``external_id``):
 
 * a pinned message: ``"<channel id>/<message id>"`` (the channel id is the
-  thread's when the pin is in a thread: threads share their channel's tree, so
-  the pins of each are told apart by it); the attachments of a pinned message
-  share that id, so unpinning removes them too;
+  thread's when the pin is in a thread: public threads share their channel's
+  tree, so the pins of each are told apart by it); the attachments of a pinned
+  message share that id, so unpinning removes them too;
+
+Which tree serves where (:attr:`Place.key`): a guild channel has its own; a
+public (or news) thread uses its parent channel's, as its messages are open to
+the parent's members anyway; a *private* thread is a channel of its own (its
+files and pins would otherwise be answerable to everyone in the parent
+channel); a DM or group DM is its own channel, under the workspace ``"dm"``.
+
 * any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``.
 """
 
@@ -39,7 +46,9 @@ CUSTOM_ID_PREFIX = "raptor"
 CUSTOM_ID_LIMIT = 100  # Discord's limit on a component's custom_id
 THREAD_NAME_LIMIT = 100  # Discord's limit on a thread's name
 CONTEXT_MESSAGES = 10  # earlier thread messages passed as context (the handler keeps the last few)
-PINNER = Person("discord-pins", "a pin")  # Discord does not say who pinned a message
+# Discord does not say who pinned a message, only that someone with Manage Messages did.
+PINNER = Person("discord-pins", "a pin", manages_channel=True)
+_OPEN_THREADS = (discord.ChannelType.public_thread, discord.ChannelType.news_thread)  # share their parent's tree
 
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _SPACES = re.compile(r"[ \t]+")
@@ -47,17 +56,19 @@ _SPACES = re.compile(r"[ \t]+")
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where an event happened: the guild (None in a DM), the channel, and the parent
-    channel when the channel is a thread."""
+    """Where an event happened: the guild (None in a DM), the channel, the parent
+    channel when the channel is a thread, and whether that thread is private."""
 
     guild_id: int | None
     channel_id: int
     parent_id: int | None = None
+    private: bool = False
 
     @property
     def home_id(self) -> int:
-        """The channel whose tree serves here: the parent of a thread, else the channel."""
-        return self.parent_id if self.parent_id is not None else self.channel_id
+        """The channel whose tree serves here: the parent of a public thread, else the
+        channel itself (a private thread included: only its members may read it)."""
+        return self.parent_id if self.parent_id is not None and not self.private else self.channel_id
 
     @property
     def key(self) -> ChannelKey:
@@ -76,8 +87,9 @@ def place_of(channel: Any, guild_id: int | None = None) -> Place:
     (a ``PartialMessageable``)."""
     guild = getattr(channel, "guild", None)
     found_guild = getattr(guild, "id", None) or getattr(channel, "guild_id", None) or guild_id
-    parent_id = getattr(channel, "parent_id", None) if is_thread(channel) else None
-    return Place(found_guild, int(channel.id), parent_id)
+    thread = is_thread(channel)
+    parent_id = getattr(channel, "parent_id", None) if thread else None
+    return Place(found_guild, int(channel.id), parent_id, private=thread and is_private_thread(channel))
 
 
 def is_thread(channel: Any) -> bool:
@@ -85,11 +97,21 @@ def is_thread(channel: Any) -> bool:
     return isinstance(channel, discord.Thread)
 
 
+def is_private_thread(channel: Any) -> bool:
+    """True for a thread that is not known to be public: a private thread, and any thread
+    whose type is missing or new to discord.py (keeping its material apart is the safe
+    mistake)."""
+    return getattr(channel, "type", None) not in _OPEN_THREADS
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """The guilds and channels the configuration lets the bot work in (empty = all), and
-    the library channels whose every attachment is ingested. A thread counts as its
-    parent channel, or as itself when its own id is listed."""
+    the library channels whose every attachment is ingested. For ``allows``, a thread
+    counts as its parent channel, or as itself when its own id is listed: private
+    threads included, since the bot working there exposes nothing (their tree is
+    their own). For ``is_library``, a private thread counts only as itself: people
+    there did not sign up for their files being taken in wholesale."""
 
     guilds: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset()
@@ -107,7 +129,8 @@ class Scope:
         return not self.channels or bool(self._ids(place) & self.channels)
 
     def is_library(self, place: Place) -> bool:
-        return bool(self._ids(place) & self.library_channels)
+        ids = {str(place.channel_id)} if place.private else self._ids(place)
+        return bool(ids & self.library_channels)
 
     @staticmethod
     def _ids(place: Place) -> set[str]:

@@ -150,7 +150,8 @@ class SlackAdapter:
         self.identity = identity
         self.people = People(client)
         self.outbox = Outbox(client, session)
-        self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.engine.settings.max_file_bytes)
+        self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.engine.settings.max_file_bytes,
+                                     config.api_base_url)
         self._seen_events = RecentKeys()
         self._seen_files = RecentKeys()
         self._slots = asyncio.Semaphore(max_concurrency)

@@ -466,8 +466,10 @@ def question(arrival: Asked | FollowUp, person: Person, context: Sequence[str] =
 
 
 def upload(origin: Origin, person: Person, file: SlackFile, data: bytes) -> Upload:
-    """A downloaded file as an upload, linked by its permalink, its file id as external id."""
-    return Upload(origin.key, person, file.filename, data, link=file.permalink, external_id=file.id)
+    """A downloaded file as an upload, linked by its permalink, its file id as external id.
+    Its size is the one Slack states: the download stops one byte past the limit."""
+    return Upload(origin.key, person, file.filename, data, link=file.permalink, external_id=file.id,
+                  size=file.size or None)
 
 
 def pin(

@@ -10,7 +10,9 @@ Contracts:
   by id only (who then manages nothing), logged.
 * :class:`Downloader` raises :class:`DownloadError` with a sentence for the
   person (a sign-in page served instead of the file is named as a token or
-  ``files:read`` problem).
+  ``files:read`` problem). It sends the bot token only to Slack's own hosts
+  (:func:`carries_token`): a file link pointing anywhere else is refused
+  before any request is made.
 * :func:`working` shows the work with a reaction and never fails the work
   because a reaction failed.
 * :class:`Outbox` never raises for Slack's or the network's failures: it logs
@@ -35,6 +37,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
+from yarl import URL
 
 from adapters.slack import translate
 from adapters.slack.blocks import SlackMessage, render_reply
@@ -47,6 +50,11 @@ log = logging.getLogger(__name__)
 MAX_THREAD_MESSAGES = 1000  # a thread is read up to this many messages (pages of REPLIES_PAGE)
 REPLIES_PAGE = 200
 DOWNLOAD_TIMEOUT_S = 120.0
+# Where Slack serves files (url_private, url_private_download): its commercial and GovSlack
+# domains and their subdomains (files.slack.com, files.slack-gov.com, an Enterprise Grid's
+# <org>.enterprise.slack.com), and its CDN. The token is sent nowhere else.
+SLACK_FILE_DOMAINS = ("slack.com", "slack-gov.com", "slack-edge.com")
+OUTSIDE_SLACK_PROBLEM = "its link does not point to Slack, and I send my Slack token to Slack only."
 NOTE_TIMEOUT_S = 10.0
 
 # What the network can throw at a call, besides Slack's own refusals.
@@ -179,24 +187,53 @@ class DownloadError(Exception):
         self.detail = detail or problem
 
 
+def carries_token(url: URL, api_base_url: str = "") -> bool:
+    """True when the bot token may be sent to ``url``: HTTPS to one of
+    :data:`SLACK_FILE_DOMAINS` or a subdomain, or the very origin (scheme, host and
+    port) of the configured Web API ``api_base_url`` (a proxy, or a stand-in in tests)."""
+    host = (url.host or "").lower().rstrip(".")
+    if url.scheme == "https" and any(host == d or host.endswith("." + d) for d in SLACK_FILE_DOMAINS):
+        return True
+    if not api_base_url:
+        return False
+    try:
+        api = URL(api_base_url)
+    except ValueError:
+        return False
+    return api.is_absolute() and url.is_absolute() and url.origin() == api.origin()
+
+
 class Downloader:
     """Downloads shared files with the bot token (``Authorization: Bearer``), at most
     ``max_bytes + 1`` bytes of each: one byte past the limit is enough for the engine
-    to refuse the file as too large, without reading the rest."""
+    to refuse the file as too large, without reading the rest.
 
-    def __init__(self, session: aiohttp.ClientSession, token: str, max_bytes: int) -> None:
+    The token goes only where :func:`carries_token` allows (``api_base_url`` is the
+    configured ``slack.api_base_url``); any other link is refused unrequested. A
+    redirect to another origin loses the token (aiohttp drops ``Authorization`` then)."""
+
+    def __init__(self, session: aiohttp.ClientSession, token: str, max_bytes: int, api_base_url: str = "") -> None:
         self._session = session
         self._token = token
         self._max_bytes = max_bytes
+        self._api_base_url = api_base_url
 
     async def fetch(self, file: SlackFile) -> bytes:
         """The file's bytes; raises :class:`DownloadError`."""
         if not file.url:
             raise DownloadError("Slack gave me no link to download it (it may be an external or deleted file).")
+        try:
+            url = URL(file.url)
+        except ValueError:
+            url = URL()
+        if not carries_token(url, self._api_base_url):
+            # The same parsed URL is requested below, so what is checked is what would be fetched.
+            raise DownloadError(OUTSIDE_SLACK_PROBLEM, f"its link points outside Slack (host {url.host or '?'}); "
+                                                       "the token was not sent")
         headers = {"Authorization": f"Bearer {self._token}"}
         timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_S)
         try:
-            async with self._session.get(file.url, headers=headers, timeout=timeout) as response:
+            async with self._session.get(url, headers=headers, timeout=timeout) as response:
                 if response.status != 200:
                     raise DownloadError(f"Slack answered HTTP {response.status}.", f"HTTP {response.status}")
                 if translate.is_login_page(response.headers.get("Content-Type", ""), file):

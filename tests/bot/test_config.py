@@ -15,6 +15,15 @@ def test_example_file_loads_and_states_the_defaults() -> None:
     assert load_config(REPO / "config.example.yaml") == Config()
 
 
+def test_file_limits_reach_the_engine(tmp_path: Path) -> None:
+    from bot.composition import engine_settings  # noqa: PLC0415 - only this test needs the engine side
+
+    path = tmp_path / "c.yaml"
+    path.write_text("files:\n  max_mb: 2\n  max_text_mb: 0.5\n")
+    settings = engine_settings(load_config(path))
+    assert (settings.max_file_bytes, settings.max_text_chars) == (2 * 1024 * 1024, 512 * 1024)
+
+
 def test_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("tree:\n  summary_tokens: 100\n  max_clusterz: 3\n")
@@ -49,3 +58,78 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     listed.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(listed)
+
+
+def test_a_channel_overrides_only_the_limits_it_names(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "bot:\n"
+        "  rate_limits:\n"
+        "    {questions_per_user_per_minute: 3, uploads_per_user_per_hour: 5, upload_mb_per_channel_per_day: 50}\n"
+        "  limits: {max_sources_per_channel: 100}\n"
+        "  channels:\n"
+        "    slack/T1/C1:\n"
+        "      rate_limits: {upload_mb_per_channel_per_day: 500}\n"
+        "      limits: {max_stored_mb_per_channel: 20}\n"
+    )
+    bot = load_config(path).bot
+    own = bot.rate_limits_for("slack/T1/C1")
+    assert (own.uploads_per_user_per_hour, own.upload_mb_per_channel_per_day) == (5, 500)  # 5 inherited
+    assert own.questions_per_user_per_minute == 3  # the global value, not the channel section's default of 10
+    caps = bot.limits_for("slack/T1/C1")
+    assert (caps.max_sources_per_channel, caps.max_stored_mb_per_channel) == (100, 20)
+    assert bot.rate_limits_for("slack/T1/C2") == bot.rate_limits and bot.limits_for("slack/T1/C2") == bot.limits
+    defaults = Config().bot
+    assert defaults.rate_limits.uploads_per_user_per_hour == 30
+    assert defaults.rate_limits.upload_mb_per_channel_per_day == 100
+    assert defaults.limits.max_sources_per_channel == 0 and defaults.limits.max_stored_mb_per_channel == 0
+    path.write_text("bot:\n  channels:\n    slack/T1/C1:\n      limits: {max_source: 3}\n")
+    with pytest.raises(ConfigError, match=r"bot\.channels\.slack/T1/C1\.limits\.max_source: unknown key"):
+        load_config(path)
+
+
+SECRET = "xoxb-2042-s3cr3tVALUE"
+BAD_FILES = {
+    "a line that is no key": f"slack:\n  bot_token: {SECRET}\n  {SECRET}\n  mode: http\n",
+    "an alias": f"slack:\n  bot_token: *{SECRET}\n",
+    "a tag": f"slack:\n  bot_token: !!python/object:{SECRET} x\n",
+    "a bad escape": f'slack:\n  bot_token: "{SECRET}\\q"\n',
+    "an open quote": f"slack:\n  bot_token: '{SECRET}\n",
+    "a tab": f"slack:\n  bot_token:\t{SECRET}\n",
+    "a literal": f"slack:\n  mode: {SECRET}\n",
+    "a number": f"chroma:\n  port: {SECRET}\n",
+    "a boolean": f"retrieval:\n  hybrid: {SECRET}\n",
+    "a list": f"discord:\n  guilds: {SECRET}\n",
+    "a mapping": f"slack:\n  bot_token: {{a: {SECRET}}}\n",
+    "a section": f"slack: {SECRET}\n",
+    "a section's check": f"slack:\n  bot_token: {SECRET}\n",
+    "a cron line": f"bot:\n  schedule:\n    cron: '61 {SECRET} * * *'\n",
+    "a cron field": f"bot:\n  channels:\n    slack/T1/C1:\n      schedule:\n        cron: '1 2 3 4 {SECRET}'\n",
+    "a date": f"slack:\n  bot_token: {SECRET}\nwhen: 2024-13-45\n",
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_no_configuration_error_echoes_a_value(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(BAD_FILES[name])
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    text = str(error.value)
+    assert str(path) in text
+    for fragment in (SECRET, "xoxb", "s3cr3t", "VALUE"):
+        assert fragment not in text, text
+    assert error.value.__cause__ is None and error.value.__suppress_context__  # a traceback would print it
+
+
+def test_a_yaml_error_says_where_and_what(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(BAD_FILES["a line that is no key"])
+    with pytest.raises(ConfigError, match=r"line 4, column 3: could not find expected ':'"):
+        load_config(path)
+    path.write_text("tree: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"expected ',' or '\]', but got '<stream end>'"):
+        load_config(path)
+    path.write_bytes(b"slack:\n  bot_token: \xff\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 21"):
+        load_config(path)

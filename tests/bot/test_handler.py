@@ -19,12 +19,12 @@ import pytest
 from bot import replies
 from bot.chat import Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
 from bot.commands import may_manage, parse_command
-from bot.config import BotConfig, ChannelConfig, Config, RateLimitConfig
+from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
 from bot.handler import ChatHandler, retrieval_query
 from bot.ingestion import pin_title
 from bot.scheduler import RebuildScheduler, ScheduleStatus
 from raptor_engine.engine import Engine
-from raptor_engine.types import ChannelKey, SourceKind, TreeStats
+from raptor_engine.types import ChannelKey, Document, SourceKind, TreeStats
 
 GUEST = Person("U-guest", "Guest")
 ADMIN = Person("U-admin", "Admin")  # listed in bot.admins
@@ -67,8 +67,9 @@ class Session:
     def command(self, person: Person, name: str, argument: str = "") -> Command:
         return Command(self.key, person, name, argument)
 
-    def pin(self, text: str, external_id: str, replies_: tuple[str, ...] = ()) -> Pin:
-        return Pin(self.key, GUEST, text, external_id, link=f"https://chat/{external_id}", author="Ana", replies=replies_)
+    def pin(self, text: str, external_id: str, replies_: tuple[str, ...] = (), person: Person = GUEST) -> Pin:
+        link = f"https://chat/{external_id}"
+        return Pin(self.key, person, text, external_id, link=link, author="Ana", replies=replies_)
 
 
 def make_config(tmp_path: Path, key: ChannelKey, **bot: object) -> Config:
@@ -172,7 +173,7 @@ def test_pinned_thread_is_one_source_and_unpin_removes_it(
         assert added.text.startswith("Added “Thread by Ana: Which port does the ledger service use?” (")
         (source,) = engine.sources(channel)
         assert source.kind is SourceKind.THREAD and source.external_id == "t-1" and source.link == "https://chat/t-1"
-        assert source.added_by == "Guest"
+        assert source.added_by == "Guest (id U-guest)"  # the name to show, and the id that says who pinned it
         again = await s.do(thread)
         assert "is already in this channel" in again.text
         answer = await s.do(Question(channel, GUEST, "Which port does the ledger listen on?"))
@@ -360,3 +361,144 @@ def test_a_failing_model_endpoint_is_a_clear_reply(embedder: Any, channel: Chann
                 assert (await s.do(Question(channel, GUEST, "When are deploys frozen?"))).kind is ReplyKind.ANSWER
 
             run(engine, make_config(tmp_path, channel), channel, body)
+
+
+OTHER = Person("U-other", "Other")  # neither an admin nor the pinner
+NAMESAKE = Person("U-namesake", "Guest")  # GUEST's display name, another person
+
+
+def note_file(topic: str, size: int) -> bytes:
+    """A markdown file of about ``size`` bytes (at least one sentence) about ``topic``."""
+    sentence = f"The {topic} service restarts every night at two, and its owner is paged on failure. "
+    return (f"# {topic.title()}\n\n" + sentence * max(1, size // len(sentence))).encode()
+
+
+def test_uploads_over_the_hourly_count_are_refused_and_nothing_stored(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    clock = Clock()
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        await s.do(Upload(channel, GUEST, "alpha.md", note_file("alpha", 300)))
+        clock.now += 600
+        refused = await s.do(Upload(channel, GUEST, "beta.md", note_file("beta", 300)))
+        assert refused.kind is ReplyKind.INFO and refused.private
+        assert refused.text == (
+            "I did not add “beta.md”: you have added 2 files and pins in the last hour, the most allowed. "
+            "Please try again in 50 minutes."
+        )
+        pinned = await s.do(s.pin(OTHER_NOTE, "m2"))  # pins count as uploads too
+        assert "you have added 2 files and pins" in pinned.text
+        assert len(engine.sources(channel)) == 2
+        other = await s.do(Upload(channel, OTHER, "beta.md", note_file("beta", 300)))  # per person
+        assert other.text.startswith("Added “Beta”")
+        clock.now += 3001
+        again = await s.do(Upload(channel, GUEST, "gamma.md", note_file("gamma", 300)))
+        assert again.text.startswith("Added “Gamma”")
+        assert len(engine.sources(channel)) == 4
+
+    config = make_config(tmp_path, channel, rate_limits=RateLimitConfig(uploads_per_user_per_hour=2))
+    run(engine, config, channel, body, clock)
+
+
+def test_bytes_over_the_daily_channel_budget_are_refused_before_loading(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    clock = Clock()
+    budget = int(0.003 * 1024 * 1024)  # 3,145 bytes a day
+    alpha, beta, gamma = (note_file(topic, 1200) for topic in ("alpha", "beta", "gamma"))
+    assert 2 * len(alpha) + len(NOTE) < budget < len(alpha) + len(beta) + len(gamma)
+
+    async def body(s: Session) -> None:
+        assert (await s.do(Upload(channel, GUEST, "alpha.md", alpha))).text.startswith("Added “Alpha”")
+        twice = await s.do(Upload(channel, OTHER, "alpha copy.md", alpha))  # a duplicate gives its bytes back
+        assert "already in this channel" in twice.text
+        junk = await s.do(Upload(channel, OTHER, "scan.txt", b"\x00\x01\x02\x03" * 300))  # so does a rejected file
+        assert junk.kind is ReplyKind.ERROR and junk.text.startswith("I could not add “scan.txt”")
+        clock.now += 3600
+        assert (await s.do(Upload(channel, OTHER, "beta.md", beta))).text.startswith("Added “Beta”")
+        refused = await s.do(Upload(channel, OTHER, "gamma.md", gamma))
+        assert refused.kind is ReplyKind.INFO and refused.private
+        assert refused.text == (
+            "I did not add “gamma.md” (1.1 KB): this channel may take in 3.1 KB of files and pins per day, "
+            "and that is used up. Please try again in 23 hours."
+        )
+        huge = await s.do(Upload(channel, OTHER, "huge.md", note_file("huge", 5000)))
+        assert huge.text == (
+            "I did not add “huge.md”: at 4.8 KB it is more than this channel may take in per day (3.1 KB)."
+        )
+        assert [source.title for source in engine.sources(channel)] == ["Alpha", "Beta"]
+        short = await s.do(s.pin(NOTE, "m1"))  # a short pin still fits what is left
+        assert short.text.startswith("Added “Ana: Deploys")
+        clock.now += 23 * 3600  # 24 hours after alpha: its bytes leave the window
+        assert (await s.do(Upload(channel, OTHER, "gamma.md", gamma))).text.startswith("Added “Gamma”")
+
+    config = make_config(tmp_path, channel, rate_limits=RateLimitConfig(upload_mb_per_channel_per_day=0.003))
+    run(engine, config, channel, body, clock)
+
+
+def test_caps_on_a_channels_sources_and_stored_bytes(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    capped = ChannelKey(channel.platform, channel.workspace, channel.channel + "-capped")
+
+    async def body(s: Session) -> None:
+        for n, text in enumerate((NOTE, OTHER_NOTE)):
+            await s.do(s.pin(text, f"m{n}"))
+        full = await s.do(s.pin("The cafeteria closes at three on Fridays.", "m3"))
+        assert full.kind is ReplyKind.ERROR and full.text == (
+            "I did not add “Ana: The cafeteria closes at three on Fridays.”: this channel already holds "
+            "2 sources, the most allowed. An admin can forget one to make room."
+        )
+        assert len(engine.sources(channel)) == 2
+
+        # Another channel with its own cap on stored bytes (and no cap on the number of sources).
+        big = await s.do(Upload(capped, GUEST, "alpha.md", note_file("alpha", 1500)))
+        assert big.text.startswith("Added “Alpha”")
+        over = await s.do(Upload(capped, GUEST, "beta.md", note_file("beta", 700)))
+        assert over.kind is ReplyKind.ERROR and over.text == (
+            "I did not add “beta.md” (0.6 KB): this channel holds 1.4 KB of sources and may hold at most 2 KB. "
+            "An admin can forget a source to make room."
+        )
+        assert (await s.do(Pin(capped, GUEST, NOTE, "m1"))).text.startswith("Added “Deploys")  # a pin still fits
+        assert len(engine.sources(capped)) == 2
+
+    channels = {
+        str(channel): ChannelConfig(admins=[CHANNEL_ADMIN.id]),
+        str(capped): ChannelConfig(limits=LimitsConfig(max_stored_mb_per_channel=0.002, max_sources_per_channel=0)),
+    }
+    config = make_config(tmp_path, channel, limits=LimitsConfig(max_sources_per_channel=2), channels=channels)
+    run(engine, config, channel, body)
+
+
+def test_unpin_removes_a_source_only_for_admins_and_its_pinner(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        kept = await s.do(Unpin(channel, OTHER, "m1"))
+        assert kept.kind is ReplyKind.INFO and kept.text == (
+            "“Ana: Deploys are frozen on Fridays after noon, so…” stays a source of this channel: "
+            "only Guest, who added it, or this channel's admins can remove it."
+        )
+        assert (await s.do(Unpin(channel, NAMESAKE, "m1"))).text == kept.text  # the same name is not the same person
+        assert [source.external_id for source in engine.sources(channel)] == ["m1"]
+        listed = (await s.do(s.command(OTHER, "sources"))).text
+        assert " · added by Guest on " in listed  # the name is shown, not the id
+        removed = await s.do(Unpin(channel, GUEST, "m1"))  # the pinner
+        assert removed.text.startswith("Removed “Ana: Deploys are frozen")
+        assert engine.sources(channel) == []
+
+        for unpinner in (ADMIN, CHANNEL_ADMIN, MANAGER):
+            await s.do(s.pin(OTHER_NOTE, "m2"))
+            removed = await s.do(Unpin(channel, unpinner, "m2"))
+            assert removed.text.startswith("Removed “Ana: The staging database"), unpinner
+            assert engine.sources(channel) == []
+
+        # A source kept before pinners' ids were stored names nobody who could prove to be its pinner.
+        old = Document(NOTE, "Old note", SourceKind.MESSAGE, added_by="Guest", external_id="m-old")
+        await asyncio.to_thread(engine.ingest, channel, old)
+        kept = await s.do(Unpin(channel, GUEST, "m-old"))
+        assert kept.text == "“Old note” stays a source of this channel: only this channel's admins can remove it."
+        assert (await s.do(Unpin(channel, CHANNEL_ADMIN, "m-old"))).text.startswith("Removed “Old note”")
+
+    run(engine, make_config(tmp_path, channel), channel, body)

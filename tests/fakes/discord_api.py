@@ -14,7 +14,8 @@ What it models, because the bot depends on it:
   content intent and the message neither mentions the bot nor is a DM;
 * messages: create (JSON or multipart with files), history, fetch, pins
   (the paginated ``GET /channels/{id}/messages/pins`` of discord.py 2.7),
-  threads started from a message (with the starter message Discord puts first);
+  threads started from a message (with the starter message Discord puts first)
+  and private threads;
 * Discord's message limits, answered with Discord's 400 error body
   (``{"code": 50035, "errors": {...}, "message": "Invalid Form Body"}``);
 * interactions: the callback (refused with 10062 "Unknown interaction" after
@@ -69,6 +70,7 @@ EVERYONE_PERMISSIONS = VIEW_CHANNEL | SEND_MESSAGES | ATTACH_FILES | READ_MESSAG
 GUILD_TEXT = 0
 DM = 1
 PUBLIC_THREAD = 11
+PRIVATE_THREAD = 12
 DEFAULT_MESSAGE = 0
 REPLY_MESSAGE = 19
 THREAD_STARTER_MESSAGE = 21
@@ -165,10 +167,11 @@ def channel_payload(channel_id: str, guild_id: str, name: str, position: int = 0
     }
 
 
-def thread_payload(thread_id: str, guild_id: str, parent_id: str, name: str, owner_id: str) -> dict[str, Any]:
+def thread_payload(thread_id: str, guild_id: str, parent_id: str, name: str, owner_id: str,
+                   kind: int = PUBLIC_THREAD) -> dict[str, Any]:
     return {
         "id": thread_id,
-        "type": PUBLIC_THREAD,
+        "type": kind,
         "guild_id": guild_id,
         "parent_id": parent_id,
         "owner_id": owner_id,
@@ -636,6 +639,19 @@ class FakeDiscord:
                            owner: Mapping[str, Any]) -> dict[str, Any]:
         """Someone starts a thread from ``starter``: the thread, its starter message, THREAD_CREATE."""
         thread = self._make_thread(channel_id, starter, name, str(owner["id"]))
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return thread
+
+    async def start_private_thread(self, channel_id: str, name: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+        """Someone starts a private thread in ``channel_id`` (and adds the bot): the thread,
+        with no starter message (Discord opens private threads from none), THREAD_CREATE."""
+        parent = self.channels[channel_id]
+        guild_id = str(parent["guild_id"])
+        thread = thread_payload(snowflake(), guild_id, channel_id, name, str(owner["id"]), PRIVATE_THREAD)
+        thread["thread_metadata"]["invitable"] = True
+        self.channels[thread["id"]] = thread
+        self.messages[thread["id"]] = []
+        self.guilds[guild_id]["threads"].append(thread)
         await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return thread
 

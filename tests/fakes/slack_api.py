@@ -594,14 +594,18 @@ class SlackStandIn:
         message = self.say(channel, user, text, thread_ts=thread_ts, im=im)
         return message, [await self.deliver_event(event) for event in self.events_for(message)]
 
-    def add_file(self, user: str, name: str, data: bytes, mimetype: str = "text/plain") -> dict[str, Any]:
+    def add_file(self, user: str, name: str, data: bytes, mimetype: str = "text/plain",
+                 url_root: str = "") -> dict[str, Any]:
+        """A hosted file; its links point at this stand-in, or at ``url_root`` (a file whose
+        links lead elsewhere, which the bot must not send its token to)."""
         file_id = f"F{next(self._counter):06d}"
         path = f"{self.team}-{file_id}"
+        root = url_root or self.root
         meta = {
             "id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".", 1)[-1],
             "user": user, "size": len(data), "mode": "hosted", "is_external": False,
-            "url_private": f"{self.root}/files-pri/{path}/{name}",
-            "url_private_download": f"{self.root}/files-pri/{path}/download/{name}",
+            "url_private": f"{root}/files-pri/{path}/{name}",
+            "url_private_download": f"{root}/files-pri/{path}/download/{name}",
             "permalink": f"{self.root}/files/{user}/{file_id}/{name}",
         }
         self.files[file_id] = _File(meta, data)
@@ -609,11 +613,11 @@ class SlackStandIn:
 
     async def share_file(
         self, channel: str, user: str, name: str, data: bytes, *, mimetype: str = "text/plain",
-        text: str = "", also_file_shared: bool = False, im: bool = False,
+        text: str = "", also_file_shared: bool = False, im: bool = False, url_root: str = "",
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A person shares a file: the ``message`` (subtype ``file_share``) event, and with
         ``also_file_shared`` the ``file_shared`` event Slack sends too when subscribed."""
-        meta = self.add_file(user, name, data, mimetype)
+        meta = self.add_file(user, name, data, mimetype, url_root)
         message = self._user_message(channel, user, text, None, im)
         message.update({"subtype": "file_share", "files": [meta], "upload": False, "display_as_bot": False})
         self._store(channel, message)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from adapters.console.app import ConsoleChannel
@@ -27,9 +28,11 @@ from bot.cli import main
 from bot.config import Config, ConsoleConfig
 from bot.runtime import Bot
 from bot.tree_picture import PICTURE_SIZE
-from raptor_engine.engine import Engine
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.engine import Engine, EngineSettings
+from raptor_engine.store import ChromaStore
 from raptor_engine.types import ChannelKey
-from tests.conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE, make_engine
 
 ON_CALL_QUESTION = "What does the on-call engineer do?"  # answered with a summary once the tree is built
 CITATION = re.compile(r"^\[(\d+)\] (excerpt|summary \(layer (\d+)\)) · (.*) \(node (\S+)\)$", re.M)
@@ -217,6 +220,29 @@ def test_bad_uploads_are_clear_messages(engine: Engine, tmp_path: Path) -> None:
     with_bot(engine, console_config(tmp_path), body)
 
 
+@pytest.mark.timeout(120)  # opening a named pipe used to block for ever
+def test_oversized_upload_names_its_true_size_and_a_pipe_is_refused(
+    store: ChromaStore, embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    engine = make_engine(store, embedder, EngineSettings(max_file_bytes=1000))
+    terminal = Terminal()
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * 5000)
+    pipe = tmp_path / "pipe.txt"
+    os.mkfifo(pipe)
+
+    async def body(bot: Bot) -> None:
+        console = ConsoleChannel(bot, terminal.write)
+        assert await console.handle_line(f"/upload {big}")
+        assert terminal.take() == (
+            "! I could not add “big.txt”: the file is 4.9 KB, over the limit of 1000 bytes. Nothing was stored."
+        )
+        assert await console.handle_line(f"/upload {pipe}")
+        assert terminal.take() == f"! {pipe} is a named pipe, not a regular file; give the path of a saved file."
+
+    with_bot(engine, console_config(tmp_path), body)
+
+
 def test_start_adds_the_sample_once_and_pins_continue_numbering(engine: Engine, tmp_path: Path) -> None:
     terminal = Terminal()
     config = console_config(tmp_path, sample=True)
@@ -254,6 +280,7 @@ def test_translate_lines_and_replies(tmp_path: Path) -> None:
     big.write_text("x" * 100)
     upload = parse_line(f"/upload {big}", context)
     assert isinstance(upload, Upload) and len(upload.data) == 11  # the engine refuses it as too large
+    assert upload.size == 100  # ...naming its true size
     assert isinstance(parse_line("/upload /no/such/file.txt", context), Notice)
 
     answer = Reply(

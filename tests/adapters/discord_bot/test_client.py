@@ -21,6 +21,8 @@ import pytest
 
 from adapters.discord_bot.client import run_discord
 from adapters.discord_bot.sending import ChannelSend
+from bot.ingestion import adder_name
+from adapters.discord_bot.translate import Place
 from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from raptor_engine.engine import Engine
 from raptor_engine.types import SourceKind
@@ -128,7 +130,7 @@ def test_a_mention_with_a_file_adds_it_and_the_answer_cites_it(engine: Engine, t
         (source,) = world.engine.sources(world.key("general"))
         assert source.kind is SourceKind.FILE and source.link == link
         assert source.external_id == f"{general}/{question['id']}/{attachment['id']}"
-        assert source.added_by == "Alice"
+        assert adder_name(source.added_by) == "Alice"
 
     run_world(engine, tmp_path, body)
 
@@ -327,6 +329,47 @@ def test_pins_are_read_page_by_page(engine: Engine, tmp_path: Path) -> None:
         assert len(world.engine.sources(world.key("secret"))) == 53
 
     run_world(engine, tmp_path, body)
+
+
+def test_a_private_thread_keeps_its_files_pins_and_answers_to_itself(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake, alice = world.fake, world.alice
+        general, library = world.channel("general"), world.channel("library")
+        private = (await fake.start_private_thread(general, "pay review", alice["user"]))["id"]
+        own = Place(int(world.guild["id"]), int(private)).key
+
+        # A file and a pin in the private thread go to the thread's own tree, not general's.
+        bands = fake.add_file(private, "bands.txt", b"The salary band for senior engineers ends at ninety thousand.")
+        shared = await world.mention(private, "", attachments=[bands])
+        (added,) = await world.bot_posts(private, 1)
+        assert added["content"].startswith("Added “bands")
+        note = await fake.post(private, alice["user"], "Bonuses are paid every March, after the review.", alice)
+        await fake.pin(private, note["id"])
+        await world.bot_posts(private, 2)
+        held = {s.external_id for s in world.engine.sources(own)}
+        assert held == {f"{private}/{shared['id']}/{bands['id']}", f"{private}/{note['id']}"}
+        assert world.engine.sources(world.key("general")) == []
+
+        # Asked there, it answers from its own tree; asked in general, from general's (empty).
+        await world.mention(private, "Where does the salary band for senior engineers end?")
+        answer = (await world.bot_posts(private, 3))[-1]
+        _, cited = answer["embeds"]
+        assert cited["title"] == "Sources" and all(f"/{private}/" in f["value"] for f in cited["fields"])
+        asked = await world.slash("general", "ask", {"question": "Where does the salary band end?"})
+        (reply,) = await world.replies(asked)
+        assert "ninety" not in message_text(reply) and "no material yet" in message_text(reply)
+        listed = await world.slash(private, "sources")
+        assert "bands" in message_text((await world.replies(listed))[0])
+
+        # A private thread of a library channel is no library: files without a mention stay out.
+        draft_thread = (await fake.start_private_thread(library, "draft", alice["user"]))["id"]
+        draft = fake.add_file(draft_thread, "draft.txt", b"A draft nobody agreed to share.")
+        await fake.post(draft_thread, alice["user"], "my draft", alice, attachments=[draft])
+        await world.replies(await world.slash("general", "help"))  # a round trip: the message had its chance
+        assert fake.bot_messages(draft_thread) == [] and not fake.calls_to("GET", rf"^/cdn/.*/{draft['id']}/")
+        assert world.engine.sources(world.key("library")) == []
+
+    run_world(engine, tmp_path, body, restrict=True)
 
 
 # -- limits and failures ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from bot.chat import (
 from bot.config import DiscordConfig
 from bot.errors import ConfigError
 from raptor_engine.types import ChannelKey, Source, SourceKind
-from tests.fakes.discord_api import message_errors
+from tests.fakes.discord_api import PRIVATE_THREAD, message_errors, thread_payload
 
 BOT = 42
 ALICE = SimpleNamespace(id=7, bot=False, name="alice", display_name="Alice")
@@ -69,6 +69,30 @@ def test_places_keys_and_scope() -> None:
     assert not scope.allows(Place(1, 4)) and not scope.allows(Place(8, 2)) and not scope.allows(Place(None, 2))
     assert scope.is_library(Place(1, 5)) and scope.is_library(Place(1, 6, parent_id=5))
     assert not scope.is_library(Place(1, 2))
+
+
+def test_a_private_thread_is_a_channel_of_its_own() -> None:
+    guild = SimpleNamespace(id=1)
+
+    def thread(thread_id: str, kind: int) -> discord.Thread:  # the real discord.py type, from a payload
+        return discord.Thread(guild=guild, state=None, data=thread_payload(thread_id, "1", "2", "t", "7", kind))  # type: ignore[arg-type]
+
+    public = translate.place_of(thread("3", 11))
+    assert public.key == ChannelKey("discord", "1", "2") and not public.private  # the parent's tree
+    private = translate.place_of(thread("4", PRIVATE_THREAD))
+    assert private.private and private.key == ChannelKey("discord", "1", "4") and private.thread == "4"
+    assert translate.place_of(thread("5", 99)).key == ChannelKey("discord", "1", "5")  # unknown kind: kept apart
+    # Every DM (or group DM) is its own channel too.
+    assert translate.place_of(SimpleNamespace(id=8)).key == ChannelKey("discord", "dm", "8")
+    assert translate.place_of(SimpleNamespace(id=9)).key != translate.place_of(SimpleNamespace(id=8)).key
+
+    # Allowed where its parent is; but a library channel's private thread is no library itself.
+    scope = Scope.of(DiscordConfig(guilds=["1"], channels=["2"], library_channels=["2"]))
+    assert scope.allows(private) and scope.is_library(public) and not scope.is_library(private)
+    assert Scope.of(DiscordConfig(library_channels=["4"])).is_library(private)
+    assert not Scope.of(DiscordConfig(channels=["6"])).allows(private)
+    # Its pins are compared with the sources of its own tree, under its own id.
+    assert translate.pin_changes(4, [11], [source("4/10")]) == translate.PinChanges((11,), ("4/10",))
 
 
 def test_question_text_and_mentions() -> None:

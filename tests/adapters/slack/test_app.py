@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from pydantic import SecretStr
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -41,7 +42,7 @@ from bot.config import BotConfig, Config, RateLimitConfig
 from bot.errors import BotError
 from bot.runtime import Bot
 from raptor_engine.embedding import SentenceTransformerEmbedder
-from raptor_engine.engine import Engine
+from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import ChannelKey, SourceKind
 from tests.conftest import SAMPLE, make_engine
@@ -261,6 +262,66 @@ def test_a_download_refused_for_the_token_is_reported(
         await settle(running, bot)
         assert engine.sources(key()) == []
         assert not slack.reactions  # the working reaction came off
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", ["socket"])  # the download does not depend on how the event came
+def test_an_oversized_file_is_refused_with_its_true_size(
+    store: ChromaStore, embedder: SentenceTransformerEmbedder, tmp_path: Path, mode: str
+) -> None:
+    # The download stops one byte past the limit; the size in the refusal is Slack's.
+    engine = make_engine(store, embedder, EngineSettings(max_file_bytes=1000))
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        shared, _ = await slack.share_file(CHANNEL, ANA, "big.txt", b"x" * 5000)
+        [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the refusal")
+        assert "the file is 4.9 KB, over the limit of 1000 bytes" in note["text"]
+        await settle(running, bot)
+        assert engine.sources(key()) == []
+
+    run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", ["socket"])  # the download does not depend on how the event came
+def test_the_token_goes_only_to_slack_and_a_direct_messages_files_stay_in_it(
+    engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        # Another loopback port plays a host outside Slack, recording whatever reaches it.
+        seen: list[dict[str, str]] = []
+
+        async def elsewhere(request: web.Request) -> web.Response:
+            seen.append(dict(request.headers))
+            return web.Response(body=b"The on-call engineer carries the pager.", content_type="text/plain")
+
+        server = web.Application()
+        server.router.add_get("/{path:.*}", elsewhere)
+        runner = web.AppRunner(server, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            outside = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            shared, _ = await slack.share_file(CHANNEL, ANA, "notes.txt", b"unused", url_root=outside)
+            [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the refusal note")
+        finally:
+            await runner.cleanup()
+        assert "I could not download “notes.txt”" in note["text"] and "does not point to Slack" in note["text"]
+        assert seen == []  # no request at all, so no token
+        await settle(running, bot)
+        assert engine.sources(key()) == []
+        assert any("points outside Slack" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+        assert slack.bot_token not in caplog.text
+
+        # A file shared in a direct conversation is a source of that conversation only.
+        shared, _ = await slack.share_file("DANA", ANA, "notes.md", SAMPLE.read_bytes(), mimetype="text/markdown",
+                                           im=True)
+        await slack.wait_until(lambda: slack.posts("DANA"), what="the upload's note")
+        await settle(running, bot)
+        assert [s.external_id for s in engine.sources(key("DANA"))] == [shared["files"][0]["id"]]
+        assert engine.sources(key()) == []
 
     with caplog.at_level(logging.INFO):
         run(engine, tmp_path, mode, body)
