@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) -m bench.build
 	$(PY) -m bench.query
 	$(PY) -m bench.retrieval
+	$(PY) -m bench.answers
 	$(PY) -m bench.llm_build
 	$(PY) -m bench.chat
 	$(PY) -m bench.slack_chat --mode both

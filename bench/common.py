@@ -1,9 +1,12 @@
 """Pieces shared by the benchmarks: data, engines, timing, memory, tables and JSON.
 
-The data is ``quality-dev.jsonl`` (15 QuALITY articles with multiple-choice
-questions, as packaged by L-Eval), found next to the repository under
-``shared/data``. Each benchmark module (``bench.build``, ``bench.query``,
-``bench.retrieval``) only adds its own measurement on top of these helpers.
+The data is three L-Eval files found next to the repository under
+``shared/data``: ``quality-dev.jsonl`` (15 QuALITY articles with multiple-choice
+questions, the default of every benchmark), ``leval-patent-summ.jsonl`` (patents,
+one summary question each) and ``leval-review-summ.jsonl`` (hotels' reviews,
+six theme questions each). Each benchmark module (``bench.build``,
+``bench.query``, ``bench.retrieval``, ``bench.answers``...) only adds its own
+measurement on top of these helpers.
 
 Timings are wall-clock (``time.perf_counter``). The benchmarks are meant for a
 small shared machine, so every report prints the CPU count and the load
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +31,7 @@ import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Self
@@ -42,10 +46,19 @@ from raptor_engine.store import ChromaStore
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, Node
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "quality-dev.jsonl"
+DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
+QUALITY_STEM = "quality-dev"
+DEFAULT_DATA = DATA_ROOT / f"{QUALITY_STEM}.jsonl"
+# The three development sets by their short names (see shared/data/README.md).
+SET_FILES = {
+    "quality": f"{QUALITY_STEM}.jsonl",
+    "patents": "leval-patent-summ.jsonl",
+    "reviews": "leval-review-summ.jsonl",
+}
 LETTERS = "ABCD"
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 EMBED_BATCH = 32
+BUILT_WITH_NOTE = "bench-built-with"  # channel note: what the served tree was built with
 NOISE_NOTE = (
     "Timings are wall-clock on a shared machine (other people's jobs run alongside): "
     "expect noise of tens of percent between runs."
@@ -61,25 +74,52 @@ _ANSWER_LETTER = re.compile(r"^\s*\(([ABCD])\)")
 
 @dataclass(frozen=True, slots=True)
 class Question:
-    """A multiple-choice question: its text (without options), the four options, the right index."""
+    """A question as sent (its text, without options) and its gold answer's text.
+
+    Multiple-choice questions (QuALITY) also keep their four ``options`` and the
+    right one's index ``answer``; the gold is that option's text (without its
+    "(B)" label). Free questions (L-Eval's summaries) have no options and ``answer`` -1.
+    """
 
     text: str
-    options: tuple[str, ...]
-    answer: int
+    gold: str
+    options: tuple[str, ...] = ()
+    answer: int = -1
 
     @property
     def letter(self) -> str:
-        return LETTERS[self.answer]
+        """The right option's letter, empty for a free question."""
+        return LETTERS[self.answer] if self.answer >= 0 else ""
 
 
 @dataclass(frozen=True, slots=True)
 class Article:
-    """One article of the data file, its position in it, a title and its questions."""
+    """One document of a data file: its line in the file, a title, its text and its questions.
+
+    ``dataset`` is the file's stem (``quality-dev``, ``leval-patent-summ``...):
+    with ``index`` it names the document's channel and link.
+    """
 
     index: int
     title: str
     text: str
     questions: tuple[Question, ...]
+    dataset: str = QUALITY_STEM
+
+
+@dataclass(frozen=True, slots=True)
+class DataSet:
+    """The distinct documents of one data file; ``duplicates`` are the lines dropped as
+    exact repeats of an earlier line (same document, questions and answers)."""
+
+    name: str
+    path: Path
+    articles: tuple[Article, ...]
+    duplicates: tuple[int, ...] = ()
+
+    @property
+    def questions(self) -> int:
+        return sum(len(article.questions) for article in self.articles)
 
 
 def parse_question(instruction: str, output: str) -> Question:
@@ -101,7 +141,16 @@ def parse_question(instruction: str, output: str) -> Question:
     found = _ANSWER_LETTER.match(output)
     if found is None:
         raise ValueError(f"no answer letter in {output[:80]!r}")
-    return Question(instruction[: start.start()].strip(), options, LETTERS.index(found.group(1)))
+    answer = LETTERS.index(found.group(1))
+    return Question(instruction[: start.start()].strip(), options[answer], options, answer)
+
+
+def read_question(instruction: str, output: str) -> Question:
+    """A multiple-choice question when ``instruction`` carries options A-D and ``output`` names
+    one (see :func:`parse_question`); otherwise a free question whose gold is ``output``."""
+    if _OPTION_START.search(instruction) and _ANSWER_LETTER.match(output):
+        return parse_question(instruction, output)
+    return Question(instruction.strip(), output.strip())
 
 
 def article_title(text: str, index: int) -> str:
@@ -114,9 +163,10 @@ def article_title(text: str, index: int) -> str:
 
 
 def load_articles(path: Path, limit: int | None = None) -> list[Article]:
-    """The articles of a ``quality-dev.jsonl``-style file with their parsed questions.
+    """The documents of an L-Eval-style JSONL file (``quality-dev.jsonl`` and the others
+    of ``shared/data``) with their questions, every line kept.
 
-    ``limit`` keeps only the first articles. Raises ``FileNotFoundError`` when
+    ``limit`` keeps only the first documents. Raises ``FileNotFoundError`` when
     the file is missing.
     """
     articles: list[Article] = []
@@ -124,12 +174,54 @@ def load_articles(path: Path, limit: int | None = None) -> list[Article]:
         for index, line in enumerate(lines):
             if limit is not None and index >= limit:
                 break
-            record = json.loads(line)
-            pairs = zip(record["instructions"], record["outputs"], strict=True)
-            questions = tuple(parse_question(instruction, output) for instruction, output in pairs)
-            text = record["input"]
-            articles.append(Article(index, article_title(text, index), text, questions))
+            articles.append(_article(json.loads(line), index, path.stem))
     return articles
+
+
+def _article(record: dict[str, Any], index: int, dataset: str) -> Article:
+    pairs = zip(record["instructions"], record["outputs"], strict=True)
+    questions = tuple(read_question(instruction, output) for instruction, output in pairs)
+    text = record["input"]
+    return Article(index, article_title(text, index), text, questions, dataset)
+
+
+def load_set(name: str, path: Path, limit: int | None = None, questions: int | None = None) -> DataSet:
+    """The distinct documents of a data file, the first ``limit`` of them, each with
+    its first ``questions`` questions (all when None).
+
+    L-Eval repeats some lines verbatim (one patent, four hotels): a repeat would
+    only count the same questions twice, so it is dropped and its line listed in
+    ``duplicates``. Documents keep their line number as ``index``.
+    """
+    kept: list[Article] = []
+    duplicates: list[int] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as lines:
+        for index, line in enumerate(lines):
+            if limit is not None and len(kept) >= limit:
+                break
+            record = json.loads(line)
+            fingerprint = json.dumps([record["input"], record["instructions"], record["outputs"]])
+            if fingerprint in seen:
+                duplicates.append(index)
+                continue
+            seen.add(fingerprint)
+            article = _article(record, index, path.stem)
+            kept.append(replace(article, questions=article.questions[:questions]))
+    return DataSet(name, path, tuple(kept), tuple(duplicates))
+
+
+def load_sets(
+    names: Sequence[str], root: Path = DATA_ROOT, limit: int | None = None, questions: int | None = None
+) -> list[DataSet]:
+    """The sets named (keys of ``SET_FILES``) from the files under ``root``; see :func:`load_set`.
+
+    Raises ``ValueError`` on an unknown name, ``FileNotFoundError`` on a missing file.
+    """
+    unknown = [name for name in names if name not in SET_FILES]
+    if unknown:
+        raise ValueError(f"unknown sets {unknown}: choose among {', '.join(SET_FILES)}")
+    return [load_set(name, root / SET_FILES[name], limit, questions) for name in names]
 
 
 def normalised(text: str) -> str:
@@ -157,8 +249,14 @@ def offline_engine(data_dir: Path, embedder: Embedder, counter: TokenCounter) ->
 
 
 def article_channel(article: Article) -> ChannelKey:
-    """The channel holding one article's tree (one tree per document, as in the paper)."""
-    return ChannelKey("bench", "quality-dev", f"article-{article.index:02d}")
+    """The channel holding one document's tree (one tree per document, as in the paper).
+
+    The name carries a digest of the text: another text under the same file
+    name and line (a shortened slice of the data, say) gets a channel of its
+    own in a reused ``--data-dir`` instead of joining the first one's sources.
+    """
+    digest = hashlib.sha256(normalised(article.text).encode()).hexdigest()[:8]
+    return ChannelKey("bench", article.dataset, f"article-{article.index:02d}-{digest}")
 
 
 def article_document(article: Article) -> Document:
@@ -169,22 +267,38 @@ def article_document(article: Article) -> Document:
     multi-article channel the same from run to run.
     """
     added_at = (_EPOCH + timedelta(seconds=article.index)).isoformat(timespec="seconds")
-    return Document(article.text, article.title, link=f"quality-dev.jsonl#{article.index}", added_at=added_at)
+    link = f"{article.dataset}.jsonl#{article.index}"
+    return Document(article.text, article.title, link=link, added_at=added_at)
 
 
-def ensure_article_channels(engine: Engine, articles: Sequence[Article]) -> dict[int, ChannelKey]:
+def offline_identity(engine: Engine, counter: TokenCounter) -> str:
+    """What the trees of :func:`offline_engine` depend on beyond their sources: the
+    summariser's identity (which changes when its method does) and the chunk size."""
+    summarizer = ExtractiveSummarizer(counter, engine.settings.summary_tokens)
+    return f"{summarizer.identity}/chunk{engine.settings.chunk_tokens}"
+
+
+def ensure_article_channels(
+    engine: Engine, articles: Sequence[Article], built_with: str = ""
+) -> dict[int, ChannelKey]:
     """One built channel per article, by article index: built now, or reused when already built.
 
     Ingesting a stored text again is a no-op, and a channel whose tree covers
     its source is not rebuilt, so a ``--data-dir`` built before is reused as is.
+    With ``built_with`` set (see :func:`offline_identity`), a channel whose tree
+    was built otherwise, or by a caller that did not say, is rebuilt (reusing its
+    leaves and any summary still valid), so a changed summariser is measured.
     """
     keys: dict[int, ChannelKey] = {}
     for article in articles:
         key = article_channel(article)
         engine.ingest(key, article_document(article))
         stats = engine.stats(key)
-        if stats.version == 0 or stats.pending_sources:
+        stale = bool(built_with) and engine.notes(key).get(BUILT_WITH_NOTE) != built_with
+        if stats.version == 0 or stats.pending_sources or stale:
             asyncio.run(engine.rebuild(key))
+            if built_with:
+                engine.set_note(key, BUILT_WITH_NOTE, built_with)
         keys[article.index] = key
     return keys
 
@@ -383,6 +497,30 @@ def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, default=None, metavar="DIR",
         help="keep the Chroma data here and reuse channels built there before (default: a temporary directory)",
     )
+
+
+def sets_parser(module: str, description: str, default_sets: str) -> argparse.ArgumentParser:
+    """A parser for a benchmark over the development sets: ``--sets``, ``--sources``,
+    ``--limit``, ``--questions``, ``--data-dir`` and ``--json``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--sets", type=_names, default=_names(default_sets), metavar="A,B",
+                        help=f"the sets to run, among {', '.join(SET_FILES)} (default {default_sets})")
+    parser.add_argument("--sources", type=Path, default=DATA_ROOT, metavar="DIR",
+                        help=f"the directory of the sets' JSONL files (default {DATA_ROOT})")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="use only the first N documents of each set")
+    parser.add_argument("--questions", type=int, default=None, metavar="N",
+                        help="ask only the first N questions of each document")
+    add_data_dir_argument(parser)
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
+    return parser
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SET_FILES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose sets among {', '.join(SET_FILES)}, not {text!r}")
+    return names
 
 
 def quiet_logs() -> None:

@@ -1,30 +1,37 @@
-"""Retrieval-quality benchmark: RAPTOR's modes against flat BM25 and dense retrieval.
+"""Retrieval-quality benchmark: how much of the gold answer each method puts in the context.
 
-One tree per article, in its own channel (the paper: "We build one tree per
-document"). Each question's text, without its options, is sent to
-``Engine.retrieve`` in the collapsed, traversal and leaves modes, and to two
-flat baselines over exactly the engine's leaf chunks (the article cut by
-``chunk_text`` at the engine's 100 tokens): Okapi BM25 and dense cosine
-similarity. Every method gets the same token budget, filled best first by the
-engine's own ``fill_budget``.
+One tree per document, each in its own channel (built, or reused from a
+``--data-dir`` built before). Every question's text (QuALITY's without its
+options) goes through every method under the same token budget, and the
+context it returns is scored by **content-word recall** (``bench.measure``):
+the share of the gold answer's distinct content words found in it. The gold
+is the right option's text for QuALITY, the reference summary for patents and
+reviews. Sets and budgets: QuALITY at 2,000 tokens, patents and reviews at
+500 and 2,000.
 
-Scoring without a reader model: a question counts as right when its right
-option is the one best supported by the retrieved nodes, i.e. the option whose
-embedding has the highest cosine similarity to any retrieved node's embedding
-(same embedding model). References: the same rule over every leaf of the
-article ("whole article"), and random choice (25 %).
+Methods: the engine's three modes (``collapsed``, the default, as
+``Engine.retrieve`` runs it; ``traversal``; ``leaves``); three flat baselines
+over exactly the engine's leaf chunks and their stored embeddings, ranked and
+then filled into the budget by the engine's own ``fill_budget`` (``bm25``,
+``dense``, and ``bm25+dense`` fused by reciprocal rank, k = 60); and two
+references: the ``whole document`` (the ceiling) and the ``oracle extract``,
+the best recall an extract of the document's sentences reaches within the
+budget, found greedily (see :func:`oracle_recall`).
 
-Target: collapsed-tree accuracy ahead of both BM25 and dense.
+Each method's mean recall comes with a 95 % bootstrap interval over questions,
+and its difference to the best flat baseline with a paired bootstrap
+interval; "summaries" is the share of the context's tokens taken by summary
+nodes (layer > 0), averaged over questions.
 
-Run: ``python -m bench.retrieval [--articles N] [--budget 2000] [--data-dir DIR] [--json FILE]``.
+Run: ``python -m bench.retrieval [--sets quality,patents,reviews] [--budgets 500,2000]
+[--limit N] [--questions N] [--data-dir DIR] [--json FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -32,49 +39,68 @@ from sklearn.feature_extraction.text import CountVectorizer
 
 from bench.common import (
     Article,
-    Question,
+    DataSet,
     Stopwatch,
-    add_articles_argument,
-    add_data_dir_argument,
-    base_parser,
     data_dir,
     ensure_article_channels,
     heading,
-    load_articles,
     load_embedder,
+    load_sets,
     machine_info,
     machine_line,
-    start_run,
     normalised,
     offline_engine,
+    offline_identity,
+    sets_parser,
+    start_run,
     table,
     tree_nodes,
     verdict,
     write_json,
 )
-from raptor_engine.chunking import chunk_text
+from bench.measure import (
+    Interval,
+    Paired,
+    content_words,
+    mean_interval,
+    paired_difference,
+    word_recall,
+)
+from raptor_engine.chunking import sentences
 from raptor_engine.engine import Engine
 from raptor_engine.protocols import Embedder, TokenCounter
-from raptor_engine.retrieval import (
-    DEFAULT_BUDGET,
-    DEFAULT_TOP_K,
-    RetrievalSettings,
-    fill_budget,
-)
+from raptor_engine.retrieval import DEFAULT_TOP_K, RRF_K, fill_budget
 from raptor_engine.types import ChannelKey, Hit, Node, RetrievalMode
 
-RANDOM_ACCURACY = 0.25
-ENGINE_METHODS = {
-    "collapsed": RetrievalSettings(mode=RetrievalMode.COLLAPSED),
-    "collapsed, dense only": RetrievalSettings(mode=RetrievalMode.COLLAPSED, hybrid=False),
-    "traversal": RetrievalSettings(mode=RetrievalMode.TRAVERSAL),
-    "leaves": RetrievalSettings(mode=RetrievalMode.LEAVES),
+SET_BUDGETS: dict[str, tuple[int, ...]] = {"quality": (2000,), "patents": (500, 2000), "reviews": (500, 2000)}
+ENGINE_MODES = {
+    "collapsed": RetrievalMode.COLLAPSED,
+    "traversal": RetrievalMode.TRAVERSAL,
+    "leaves": RetrievalMode.LEAVES,
 }
-BASELINES = ("bm25", "dense")
-REFERENCE = "whole article"
+FLAT = ("bm25", "dense", "bm25+dense")
+WHOLE = "whole document"
+ORACLE = "oracle extract"
+METHODS = (*ENGINE_MODES, *FLAT, WHOLE, ORACLE)
 
-Retriever = Callable[[Question], list[Node]]
-"""Returns the nodes a method retrieves for a question."""
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One of issue 12's targets: on ``set_name`` at ``budget``, collapsed at least
+    ``margin`` (recall, 0-1) above the best flat baseline, and, when set, at least
+    ``min_summary_share`` of its context from summary nodes."""
+
+    set_name: str
+    budget: int
+    margin: float
+    min_summary_share: float | None = None
+
+
+TARGETS = (
+    Target("patents", 500, 0.05, 0.5),
+    Target("reviews", 500, 0.02),
+    Target("quality", 2000, 0.0),
+)
 
 
 # -- BM25 ----------------------------------------------------------------------
@@ -102,265 +128,358 @@ class BM25:
         return self._weights @ (self._idf * query_counts)
 
 
-# -- embeddings ----------------------------------------------------------------
-
-
-class EmbeddingCache:
-    """Embeddings by text, so each distinct text is embedded once."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        self._embedder = embedder
-        self._vectors: dict[str, np.ndarray] = {}
-
-    def vectors(self, texts: Sequence[str]) -> np.ndarray:
-        """One row per text, in order; new texts are embedded together in one call."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        if missing:
-            self._vectors.update(zip(missing, self._embedder.embed(missing), strict=True))
-        if not texts:
-            return np.zeros((0, self._embedder.dimension), dtype=np.float32)
-        return np.vstack([self._vectors[t] for t in texts])
-
-
-def best_supported(options: np.ndarray, nodes: np.ndarray) -> int:
-    """The option whose vector is most similar to any node's vector (-1 when no node)."""
-    if len(nodes) == 0:
-        return -1
-    return int(np.argmax((options @ nodes.T).max(axis=1)))
-
-
-# -- the methods ---------------------------------------------------------------
-
-
-def chunk_nodes(article: Article, counter: TokenCounter, chunk_tokens: int) -> list[Node]:
-    """The article cut exactly as the engine cuts it (same counter and size), as leaves in reading order."""
-    chunks = chunk_text(normalised(article.text), "bench", counter, chunk_tokens)
-    return [Node(id=f"c{c.ordinal:05d}", layer=0, text=c.text, tokens=c.tokens, ordinal=c.ordinal) for c in chunks]
+def rrf_scores(*rankings: np.ndarray) -> np.ndarray:
+    """Reciprocal-rank fusion of score vectors over the same items: ``sum 1 / (k + rank)``,
+    rank 1 for each vector's best item, ``k`` = 60 as in the engine."""
+    fused = np.zeros(len(rankings[0]), dtype=np.float64)
+    for scores in rankings:
+        order = np.argsort(-scores, kind="stable")
+        ranks = np.empty(len(scores), dtype=np.float64)
+        ranks[order] = np.arange(1, len(scores) + 1)
+        fused += 1.0 / (RRF_K + ranks)
+    return fused
 
 
 def ranked(nodes: Sequence[Node], scores: np.ndarray, budget: int) -> list[Node]:
-    """The best-scoring nodes that fit ``budget``, filled as the engine fills it."""
-    hits = [Hit(node, float(score)) for node, score in zip(nodes, scores, strict=True)]
-    hits.sort(key=lambda hit: -hit.score)  # fill_budget takes hits in rank order
+    """The best-scoring nodes that fit ``budget``, filled as the engine fills it (ties by reading order)."""
+    order = np.argsort(-scores, kind="stable")
+    hits = [Hit(nodes[i], float(scores[i])) for i in order]
     return [hit.node for hit in fill_budget(hits, budget, DEFAULT_TOP_K)]
 
 
-def article_methods(
-    engine: Engine, key: ChannelKey, leaves: list[Node], cache: EmbeddingCache, budget: int
-) -> dict[str, Retriever]:
-    """Every method's retriever for one article, by name (engine modes, baselines, reference)."""
-    bm25 = BM25([node.text for node in leaves])
-    leaf_vectors = cache.vectors([node.text for node in leaves])
-
-    def engine_method(base: RetrievalSettings) -> Retriever:
-        settings = replace(base, budget=budget)
-        return lambda q: [hit.node for hit in engine.retrieve(key, q.text, settings)]
-
-    methods: dict[str, Retriever] = {name: engine_method(s) for name, s in ENGINE_METHODS.items()}
-    methods["bm25"] = lambda q: ranked(leaves, bm25.scores(q.text), budget)
-    methods["dense"] = lambda q: ranked(leaves, leaf_vectors @ cache.vectors([q.text])[0], budget)
-    methods[REFERENCE] = lambda q: leaves
-    return methods
+# -- the oracle ----------------------------------------------------------------
 
 
-# -- scoring -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """A sentence of a document with its token count and content words."""
+
+    tokens: int
+    words: frozenset[str]
+
+
+def document_sentences(text: str, counter: TokenCounter) -> list[Sentence]:
+    """The document's sentences as the engine's chunker splits them."""
+    found = sentences(normalised(text))
+    counts = counter.count_many(found)
+    return [Sentence(tokens, content_words(sentence)) for sentence, tokens in zip(found, counts, strict=True)]
+
+
+def oracle_recall(gold: frozenset[str], pool: Sequence[Sentence], budget: int) -> tuple[float, int]:
+    """The recall of gold words (and the tokens spent) of a greedy best extract of
+    ``pool``'s sentences within ``budget`` tokens.
+
+    Budgeted maximum coverage, greedily: take the sentence covering most new
+    gold words per token while one fits; the result is then compared with the
+    best single sentence that fits, and the better kept. Under a plain count
+    limit greedy is within (1 - 1/e) of the optimum; with token costs, greedy
+    plus the best single sentence is within (1 - 1/e) / 2 (Khuller, Moss and
+    Naor, 1999). Gold answers have tens of words, so in practice it is close to
+    the optimum, but it is a lower bound of the true best extract.
+    """
+    if not gold:
+        return float("nan"), 0
+    useful = [s for s in pool if s.tokens <= budget and s.words & gold]
+    covered: set[str] = set()
+    used = 0
+    while True:
+        best, best_rate = None, 0.0
+        for sentence in useful:
+            gain = len((sentence.words & gold) - covered)
+            rate = gain / max(sentence.tokens, 1)
+            if gain and used + sentence.tokens <= budget and rate > best_rate:
+                best, best_rate = sentence, rate
+        if best is None:
+            break
+        covered |= best.words & gold
+        used += best.tokens
+    single = max(useful, key=lambda s: len(s.words & gold), default=None)
+    if single is not None and len(single.words & gold) > len(covered):
+        return len(single.words & gold) / len(gold), single.tokens
+    return len(covered) / len(gold), used
+
+
+# -- one document --------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class Tally:
-    """What one method retrieved and how often it was right."""
+class Outcomes:
+    """Per-question results of one method at one budget, in the order asked."""
 
-    right: int = 0
-    questions: int = 0
-    nodes: int = 0
-    tokens: int = 0
-    summaries: int = 0
-    per_article: dict[int, list[int]] = field(default_factory=dict)  # article -> [right, questions]
-    outcomes: list[bool] = field(default_factory=list)  # one per question, in the order asked
+    recall: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    summary_share: list[float] = field(default_factory=list)
 
-    def add(self, article: int, correct: bool, nodes: Sequence[Node]) -> None:
-        self.outcomes.append(correct)
-        self.right += int(correct)
-        self.questions += 1
-        self.nodes += len(nodes)
-        self.tokens += sum(node.tokens for node in nodes)
-        self.summaries += sum(1 for node in nodes if node.layer > 0)
-        counts = self.per_article.setdefault(article, [0, 0])
-        counts[0] += int(correct)
-        counts[1] += 1
+    def add(self, recall: float, tokens: int, summary_tokens: int) -> None:
+        self.recall.append(recall)
+        self.tokens.append(tokens)
+        self.summary_share.append(summary_tokens / tokens if tokens else 0.0)
 
-    @property
-    def accuracy(self) -> float:
-        return self.right / self.questions if self.questions else float("nan")
 
-    def figures(self) -> dict[str, float]:
-        n = max(self.questions, 1)
-        low, high = wilson_interval(self.right, self.questions)
+Results = dict[int, dict[str, Outcomes]]
+"""Outcomes by budget, then by method."""
+
+
+class DocumentBench:
+    """Every method over one document's channel: the served tree's leaves and their
+    stored embeddings for the flat baselines, its sentences for the oracle."""
+
+    def __init__(self, engine: Engine, key: ChannelKey, article: Article, counter: TokenCounter) -> None:
+        self._engine = engine
+        self._key = key
+        leaves = sorted(tree_nodes(engine, key, 0), key=lambda n: (n.source_ids, n.ordinal, n.id))
+        state = engine.store.channel(key).live_state()
+        if state is None:
+            raise RuntimeError(f"{key} has no tree: build its channel first (ensure_article_channels)")
+        stored = engine.store.channel(key).get_tree_embeddings(state.version, [n.id for n in leaves])
+        self.leaves = leaves
+        self._vectors = np.vstack([stored[n.id] for n in leaves])
+        self._bm25 = BM25([n.text for n in leaves])
+        self._sentences = document_sentences(article.text, counter)
+        self._whole = content_words(normalised(article.text))
+        self._whole_tokens = sum(s.tokens for s in self._sentences)
+        self._words: dict[str, frozenset[str]] = {}
+
+    def _context_words(self, nodes: Sequence[Node]) -> frozenset[str]:
+        words: set[str] = set()
+        for node in nodes:
+            if node.id not in self._words:
+                self._words[node.id] = content_words(node.text)
+            words |= self._words[node.id]
+        return frozenset(words)
+
+    def score(self, question: str, gold: str, vector: np.ndarray, budgets: Sequence[int], results: Results) -> None:
+        """Adds one question's outcome for every method and budget to ``results``."""
+        wanted = content_words(gold)
+        bm25 = self._bm25.scores(question)
+        dense = self._vectors @ vector
+        flat = {"bm25": bm25, "dense": dense, "bm25+dense": rrf_scores(bm25, dense)}
+        for budget in budgets:
+            row = results.setdefault(budget, {name: Outcomes() for name in METHODS})
+            for name, mode in ENGINE_MODES.items():
+                self._add(row[name], wanted, self._engine_nodes(question, mode, budget))
+            for name, scores in flat.items():
+                self._add(row[name], wanted, ranked(self.leaves, scores, budget))
+            row[WHOLE].add(word_recall(wanted, self._whole), self._whole_tokens, 0)
+            recall, used = oracle_recall(wanted, self._sentences, budget)
+            row[ORACLE].add(recall, used, 0)
+
+    def _engine_nodes(self, question: str, mode: RetrievalMode, budget: int) -> list[Node]:
+        # The engine's own retrieval settings (hybrid and all), only the mode and budget changed.
+        settings = replace(self._engine.settings.retrieval, mode=mode, budget=budget)
+        return [hit.node for hit in self._engine.retrieve(self._key, question, settings)]
+
+    def _add(self, outcomes: Outcomes, wanted: frozenset[str], nodes: Sequence[Node]) -> None:
+        summary_tokens = sum(n.tokens for n in nodes if n.layer > 0)
+        outcomes.add(word_recall(wanted, self._context_words(nodes)), sum(n.tokens for n in nodes), summary_tokens)
+
+
+def run_set(
+    engine: Engine, embedder: Embedder, counter: TokenCounter, data: DataSet, budgets: Sequence[int], built_with: str
+) -> Results:
+    """Every question of one set through every method at every budget."""
+    keys = ensure_article_channels(engine, data.articles, built_with)
+    results: Results = {}
+    for article in data.articles:
+        bench = DocumentBench(engine, keys[article.index], article, counter)
+        vectors = embedder.embed([q.text for q in article.questions])  # one batched call per document
+        for question, vector in zip(article.questions, vectors, strict=True):
+            bench.score(question.text, question.gold, vector, budgets, results)
+    return results
+
+
+# -- figures -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MethodFigures:
+    """One method's figures at one budget of one set (recall in 0-1)."""
+
+    recall: Interval
+    versus_best_flat: Paired
+    mean_tokens: float
+    summary_share: float
+    per_question: list[float]
+
+    def as_dict(self) -> dict[str, object]:
         return {
-            "accuracy": self.accuracy,
-            "ci95_low": low,
-            "ci95_high": high,
-            "right": self.right,
-            "questions": self.questions,
-            "mean_nodes": self.nodes / n,
-            "mean_tokens": self.tokens / n,
-            "summary_share": self.summaries / self.nodes if self.nodes else 0.0,
+            "recall": self.recall.as_dict(),
+            "vs_best_flat": self.versus_best_flat.as_dict(),
+            "mean_tokens": self.mean_tokens,
+            "summary_share": self.summary_share,
+            "per_question_recall": [round(r, 4) for r in self.per_question],
         }
 
 
-def wilson_interval(right: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a proportion ``right / total``."""
-    if total == 0:
-        return float("nan"), float("nan")
-    p = right / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return centre - half, centre + half
+def scored(values: Sequence[float]) -> list[int]:
+    """Indices of the questions that can be scored (their gold has content words)."""
+    return [i for i, v in enumerate(values) if not np.isnan(v)]
 
 
-def paired(ours: Tally, theirs: Tally) -> tuple[int, int, float]:
-    """Questions only ``ours`` got right, only ``theirs`` got right, and the two-sided sign-test p-value."""
-    wins = sum(1 for a, b in zip(ours.outcomes, theirs.outcomes, strict=True) if a and not b)
-    losses = sum(1 for a, b in zip(ours.outcomes, theirs.outcomes, strict=True) if b and not a)
-    n = wins + losses
-    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n if n else 1.0
-    return wins, losses, min(1.0, 2 * tail)
+def figures(row: dict[str, Outcomes]) -> tuple[str, dict[str, MethodFigures]]:
+    """The best flat baseline's name and every method's figures, over the scorable questions."""
+    keep = scored(row[WHOLE].recall)
+
+    def recalls(name: str) -> list[float]:
+        return [row[name].recall[i] for i in keep]
+
+    best = max(FLAT, key=lambda name: (float(np.mean(recalls(name))) if keep else 0.0, -FLAT.index(name)))
+    result = {}
+    for name, outcomes in row.items():
+        result[name] = MethodFigures(
+            recall=mean_interval(recalls(name)),
+            versus_best_flat=paired_difference(recalls(name), recalls(best)),
+            mean_tokens=float(np.mean([outcomes.tokens[i] for i in keep])) if keep else float("nan"),
+            summary_share=float(np.mean([outcomes.summary_share[i] for i in keep])) if keep else float("nan"),
+            per_question=recalls(name),
+        )
+    return best, result
 
 
-def prefetch(engine: Engine, key: ChannelKey, article: Article, cache: EmbeddingCache) -> None:
-    """Embeds every text the scoring of ``article`` can need in one batched call.
-
-    Many small calls cost far more than one large one (and much more again on
-    a busy 2-core machine), so the tree's nodes of every layer, the questions
-    and their options go through the embedder together.
-    """
-    layers = engine.stats(key).nodes_per_layer
-    texts = [node.text for layer in layers for node in tree_nodes(engine, key, layer)]
-    texts += [question.text for question in article.questions]
-    texts += [option for question in article.questions for option in question.options]
-    cache.vectors(texts)
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}"
 
 
-def score_article(
-    article: Article, methods: dict[str, Retriever], cache: EmbeddingCache, tallies: dict[str, Tally]
-) -> None:
-    """Adds every question of ``article`` to every method's tally."""
-    for question in article.questions:
-        options = cache.vectors(list(question.options))
-        for name, retrieve in methods.items():
-            nodes = retrieve(question)
-            chosen = best_supported(options, cache.vectors([node.text for node in nodes]))
-            tallies[name].add(article.index, chosen == question.answer, nodes)
-
-
-def leaves_match(engine: Engine, key: ChannelKey, leaves: Sequence[Node]) -> bool:
-    """Whether our chunks are exactly the leaves of the engine's tree for that article."""
-    return sorted(n.text for n in tree_nodes(engine, key, 0)) == sorted(n.text for n in leaves)
-
-
-# -- report --------------------------------------------------------------------
-
-
-def accuracy_table(tallies: dict[str, Tally]) -> str:
+def recall_table(best: str, methods: dict[str, MethodFigures]) -> str:
     rows = []
-    for name, tally in tallies.items():
-        f = tally.figures()
-        interval = f"{100 * f['ci95_low']:.1f}-{100 * f['ci95_high']:.1f} %"
-        rows.append([name, f"{100 * f['accuracy']:.1f} %", interval, f"{tally.right}/{tally.questions}",
-                     f["mean_nodes"], f["mean_tokens"], f"{100 * f['summary_share']:.1f} %"])
-    rows.append(["random", f"{100 * RANDOM_ACCURACY:.1f} %", "-", "-", "-", "-", "-"])
-    headers = ["method", "accuracy", "95 % CI", "right", "mean nodes", "mean tokens", "summaries"]
+    for name, f in methods.items():
+        paired = f.versus_best_flat
+        versus = "-" if name == best else (
+            f"{100 * paired.difference.mean:+.1f} [{100 * paired.difference.low:+.1f}, "
+            f"{100 * paired.difference.high:+.1f}]")
+        ahead = "-" if name == best else f"{paired.a_ahead}/{paired.b_ahead}"
+        rows.append([name, percent(f.recall.mean), f"{percent(f.recall.low)}-{percent(f.recall.high)}", versus, ahead,
+                     f"{f.mean_tokens:.0f}", f"{percent(f.summary_share)} %"])
+    headers = ["method", "recall %", "95 % CI", f"vs {best} (points, 95 % CI)", "ahead/behind", "mean tokens",
+               "summaries"]
     return table(headers, rows)
 
 
-def per_article_table(articles: Sequence[Article], tallies: dict[str, Tally]) -> str:
-    rows = []
-    for article in articles:
-        cells = [f"{t.per_article[article.index][0]}/{t.per_article[article.index][1]}" for t in tallies.values()]
-        rows.append([article.title[:32], *cells])
-    return table(["article", *tallies], rows)
+def check_targets(all_figures: dict[str, dict[int, tuple[str, dict[str, MethodFigures]]]]) -> list[dict[str, object]]:
+    """Each target's verdict, or ``None`` as its ``pass`` when its set and budget were not run."""
+    checked = []
+    for target in TARGETS:
+        entry: dict[str, object] = {"set": target.set_name, "budget": target.budget, "margin": target.margin,
+                                    "min_summary_share": target.min_summary_share, "pass": None}
+        if target.budget in all_figures.get(target.set_name, {}):
+            best, methods = all_figures[target.set_name][target.budget]
+            collapsed, flat = methods["collapsed"], methods[best]
+            passed = collapsed.recall.mean >= flat.recall.mean + target.margin - 1e-12
+            if target.min_summary_share is not None:
+                passed = passed and collapsed.summary_share >= target.min_summary_share
+            entry.update({"collapsed": collapsed.recall.mean, "best_flat": best, "best_flat_recall": flat.recall.mean,
+                          "summary_share": collapsed.summary_share, "pass": passed})
+        checked.append(entry)
+    return checked
 
 
-def target_lines(tallies: dict[str, Tally]) -> tuple[bool, list[str]]:
-    """PASS/FAIL of collapsed ahead of both baselines, with the paired comparison behind it."""
-    collapsed = tallies[RetrievalMode.COLLAPSED.value]
-    passed = all(collapsed.accuracy > tallies[name].accuracy for name in BASELINES)
-    others = ", ".join(f"{name} {100 * tallies[name].accuracy:.1f} %" for name in BASELINES)
-    lines = [f"collapsed {100 * collapsed.accuracy:.1f} % vs {others} (target: ahead of both): {verdict(passed)}"]
-    for name in BASELINES:
-        wins, losses, p_value = paired(collapsed, tallies[name])
-        lines.append(f"  collapsed vs {name}: right only with collapsed {wins}, only with {name} {losses} "
-                     f"(paired sign test p = {p_value:.2f})")
-    return passed, lines
+def target_line(entry: dict[str, object]) -> str:
+    name = f"{entry['set']}@{entry['budget']}"
+    margin = float(entry["margin"])  # type: ignore[arg-type]
+    wanted = f"collapsed >= best flat + {100 * margin:.0f} points" if margin else "collapsed not below the best flat"
+    share = entry["min_summary_share"]
+    if share is not None:
+        wanted += f", summaries >= {100 * float(share):.0f} % of the context"  # type: ignore[arg-type]
+    if entry["pass"] is None:
+        return f"{name}: {wanted}: not run"
+    got = (f"collapsed {percent(entry['collapsed'])} vs {entry['best_flat']} "  # type: ignore[arg-type]
+           f"{percent(entry['best_flat_recall'])}")  # type: ignore[arg-type]
+    if share is not None:
+        got += f", summaries {percent(entry['summary_share'])} %"  # type: ignore[arg-type]
+    return f"{name}: {wanted}: {got}: {verdict(bool(entry['pass']))}"
+
+
+# -- command line --------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = base_parser("bench.retrieval", __doc__.split("\n\n")[0])
-    add_articles_argument(parser)
-    add_data_dir_argument(parser)
-    parser.add_argument(
-        "--budget", type=int, default=DEFAULT_BUDGET,
-        help=f"token budget of every method (default {DEFAULT_BUDGET})",
-    )
+    parser = sets_parser("bench.retrieval", __doc__.split("\n\n")[0], "quality,patents,reviews")
+    parser.add_argument("--budgets", type=_budgets, default=None, metavar="N,M",
+                        help="token budgets for every set (default: quality 2000; patents and reviews 500,2000)")
     return parser
+
+
+def _budgets(text: str) -> tuple[int, ...]:
+    try:
+        budgets = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"budgets are whole numbers of tokens, not {text!r}") from error
+    if not budgets or min(budgets) <= 0:
+        raise argparse.ArgumentTypeError(f"give one or more positive budgets, not {text!r}")
+    return budgets
+
+
+MEASURE_NOTE = (
+    "recall = share of the gold answer's distinct content words (lower-cased [a-z0-9]+ tokens, 2+ characters, "
+    "not stop words) found in the context; 95 % CI: bootstrap over questions; 'vs' column: paired bootstrap of "
+    "per-question differences to the best flat baseline; ahead/behind: questions where the method scores "
+    "higher/lower than it; summaries: share of the context's tokens from summary nodes. The oracle extract "
+    "is a greedy budgeted max-coverage of the gold words by the document's sentences (a lower bound of the best "
+    "extract: within (1-1/e)/2 in theory, near it in practice)."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the retrieval-quality benchmark; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    articles = load_articles(args.data, args.articles)
+    sets = load_sets(args.sets, args.sources, args.limit, args.questions)
     start_info = start_run()
-    print("One tree per article, each in its own channel (the paper builds one tree per document).")
+    print("One tree per document, each in its own channel (the paper builds one tree per document).")
     embedder = load_embedder()
-    cache = EmbeddingCache(embedder)
-    tallies = {name: Tally() for name in list(ENGINE_METHODS) + list(BASELINES) + [REFERENCE]}
-    mismatched: list[int] = []
+    counter = embedder.token_counter()
+    all_figures: dict[str, dict[int, tuple[str, dict[str, MethodFigures]]]] = {}
+    payload_sets: dict[str, object] = {}
     with data_dir(args.data_dir, "bench-retrieval-") as directory, Stopwatch() as run:
-        counter = embedder.token_counter()
         engine = offline_engine(directory, embedder, counter)
-        keys = ensure_article_channels(engine, articles)
-        for article in articles:
-            leaves = chunk_nodes(article, counter, engine.settings.chunk_tokens)
-            if not leaves_match(engine, keys[article.index], leaves):
-                mismatched.append(article.index)
-            prefetch(engine, keys[article.index], article, cache)
-            methods = article_methods(engine, keys[article.index], leaves, cache, args.budget)
-            score_article(article, methods, cache, tallies)
-    questions = sum(len(a.questions) for a in articles)
-    print(f"\n{len(articles)} articles, {questions} questions; budget {args.budget} tokens per method; "
-          f"run took {run.seconds:.1f} s")
-    print("baseline chunks identical to the engine's leaves: "
-          + ("yes" if not mismatched else f"NO for articles {mismatched}"))
-    print(heading("Accuracy (right option = best supported by the retrieved nodes)"))
-    print(accuracy_table(tallies))
-    print(f"'{REFERENCE}' scores the options against every leaf of the article (the reference the brief calls "
-          "the upper bound; with this scorer more text can also add distractors).")
-    print(heading("Right answers per article"))
-    print(per_article_table(articles, tallies))
-    passed, lines = target_lines(tallies)
-    print(heading("Target"))
-    print("\n".join(lines))
+        built_with = offline_identity(engine, counter)
+        for data in sets:
+            budgets = args.budgets or SET_BUDGETS[data.name]
+            with Stopwatch() as watch:
+                results = run_set(engine, embedder, counter, data, budgets, built_with)
+            all_figures[data.name] = {budget: figures(results[budget]) for budget in budgets if budget in results}
+            payload_sets[data.name] = set_payload(data, all_figures[data.name], watch.seconds)
+            print_set(data, all_figures[data.name], watch.seconds)
+    print(f"\nrun took {run.seconds:.1f} s; trees built with {built_with}")
+    print(MEASURE_NOTE)
+    checked = check_targets(all_figures)
+    print(heading("Targets (issue 12)"))
+    print("\n".join(target_line(entry) for entry in checked))
     print("\n" + machine_line("machine at end"))
     write_json(args.json, {
         "benchmark": "retrieval",
-        "data": str(args.data),
+        "measure": MEASURE_NOTE,
         "machine_start": start_info,
         "machine_end": machine_info(),
-        "articles": len(articles),
-        "questions": questions,
-        "budget": args.budget,
-        "leaves_identical": not mismatched,
-        "methods": {name: tally.figures() for name, tally in tallies.items()},
-        "paired_vs_collapsed": {
-            name: dict(zip(("collapsed_only", "baseline_only", "p_value"),
-                           paired(tallies["collapsed"], tallies[name]), strict=True))
-            for name in BASELINES
-        },
-        "per_article": {name: {str(k): v for k, v in t.per_article.items()} for name, t in tallies.items()},
-        "random_accuracy": RANDOM_ACCURACY,
-        "target": {"collapsed_ahead_of": list(BASELINES), "pass": passed},
+        "built_with": built_with,
+        "run_s": run.seconds,
+        "sets": payload_sets,
+        "targets": checked,
     })
     return 0
+
+
+def print_set(data: DataSet, by_budget: dict[int, tuple[str, dict[str, MethodFigures]]], seconds: float) -> None:
+    scorable = next(iter(by_budget.values()))[1]["collapsed"].recall.n if by_budget else 0
+    dropped = f"; duplicate lines dropped: {list(data.duplicates)}" if data.duplicates else ""
+    print(heading(f"{data.name}: {len(data.articles)} documents, {data.questions} questions "
+                  f"({scorable} with gold content words){dropped}; {seconds:.1f} s"))
+    for budget, (best, methods) in by_budget.items():
+        print(f"\n{data.name} @ {budget} tokens (best flat baseline: {best})")
+        print(recall_table(best, methods))
+
+
+def set_payload(data: DataSet, by_budget: dict[int, tuple[str, dict[str, MethodFigures]]], seconds: float) -> dict[str, object]:
+    return {
+        "file": str(data.path),
+        "documents": len(data.articles),
+        "questions": data.questions,
+        "duplicate_lines_dropped": list(data.duplicates),
+        "seconds": seconds,
+        "budgets": {
+            str(budget): {"best_flat": best, "methods": {name: f.as_dict() for name, f in methods.items()}}
+            for budget, (best, methods) in by_budget.items()
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -1,32 +1,63 @@
-"""Smoke tests of the benchmarks: each runs on one article and prints its tables.
+"""Smoke tests of the benchmarks, and exact tests of the quality measure they share.
 
-They check that the benchmarks run end to end and report what they should,
-not the figures themselves (timings depend on the machine). Skipped when the
-data file is not there.
+The smoke tests run each benchmark's ``main`` on a tiny slice of the data
+(the first document of each set, cut to a few thousand characters, with a
+question or two, written to a temporary directory) and check that the tables
+and the JSON hold what they should, not the figures themselves (timings depend
+on the machine, recall on the summariser). They are skipped when the data is
+not there. The measure's tests need no data.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from bench import build, query, retrieval
-from bench.common import DEFAULT_DATA
+from bench import answers, build, query, retrieval
+from bench.common import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
+from bench.measure import content_words, mean_interval, paired_difference, word_recall
+from bench.retrieval import Sentence, oracle_recall, rrf_scores
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason=f"benchmark data not found at {DEFAULT_DATA}"),
-]
+_HAVE_SETS = all((DATA_ROOT / f).is_file() for f in SET_FILES.values())
+TINY_CHARS = 4000  # ~900 tokens: under every budget at 2,000, over 500
+TINY_QUESTIONS = 2
+
+
+def needs_data(test: Callable[..., None]) -> Callable[..., None]:
+    """Marks a test slow and skips it when the three sets are not under ``DATA_ROOT``."""
+    skip = pytest.mark.skipif(not _HAVE_SETS, reason=f"benchmark data not found under {DATA_ROOT}")
+    return pytest.mark.slow(skip(test))
 
 
 @pytest.fixture(scope="module")
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One Chroma data directory for the query and retrieval runs, so one article is built once."""
+    """One Chroma data directory for the query, retrieval and answer runs, so each tree is built once."""
     return tmp_path_factory.mktemp("bench-data")
 
 
+@pytest.fixture(scope="module")
+def tiny_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first document of each set, cut short, with its first questions, as the sets' JSONL files."""
+    directory = tmp_path_factory.mktemp("bench-sources")
+    for name in SET_FILES.values():
+        with (DATA_ROOT / name).open(encoding="utf-8") as lines:
+            record = json.loads(next(lines))
+        record["input"] = record["input"][:TINY_CHARS]
+        record["instructions"] = record["instructions"][:TINY_QUESTIONS]
+        record["outputs"] = record["outputs"][:TINY_QUESTIONS]
+        (directory / name).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return directory
+
+
+# -- the benchmarks ------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason=f"benchmark data not found at {DEFAULT_DATA}")
 def test_build_reports_stages_memory_and_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "build.json"
     assert build.main(["--sizes", "1", "--json", str(report)]) == 0
@@ -40,6 +71,8 @@ def test_build_reports_stages_memory_and_targets(tmp_path: Path, capsys: pytest.
     assert figures["targets"]["judged_on_articles"] == 1
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason=f"benchmark data not found at {DEFAULT_DATA}")
 def test_query_reports_latency_percentiles(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert query.main(["--articles", "1", "--data-dir", str(shared_dir)]) == 0
     out = capsys.readouterr().out
@@ -49,13 +82,63 @@ def test_query_reports_latency_percentiles(shared_dir: Path, capsys: pytest.Capt
     assert "PASS" in out or "FAIL" in out
 
 
-def test_retrieval_reports_every_method(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert retrieval.main(["--articles", "1", "--data-dir", str(shared_dir)]) == 0
+@needs_data
+def test_retrieval_scores_every_method_at_every_budget(
+    tiny_sources: Path, shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "retrieval.json"
+    assert retrieval.main(["--sources", str(tiny_sources), "--data-dir", str(shared_dir), "--json", str(report)]) == 0
     out = capsys.readouterr().out
-    for expected in ("one tree per document", "Accuracy", "collapsed", "traversal", "leaves", "bm25", "dense",
-                     "whole article", "random", "25.0 %", "Right answers per article", "== Target =="):
+    for expected in ("one tree per document", "quality @ 2000 tokens", "patents @ 500 tokens", "reviews @ 2000 tokens",
+                     "best flat baseline", "oracle extract", "whole document", "== Targets (issue 12) ==",
+                     "patents@500", "reviews@500", "quality@2000"):
         assert expected in out
-    assert "baseline chunks identical to the engine's leaves: yes" in out
+    figures = json.loads(report.read_text())
+    budgets = {name: sorted(figures["sets"][name]["budgets"]) for name in SET_FILES}
+    assert budgets == {"quality": ["2000"], "patents": ["2000", "500"], "reviews": ["2000", "500"]}
+    for name in SET_FILES:
+        for budget, at in figures["sets"][name]["budgets"].items():
+            methods = at["methods"]
+            assert list(methods) == list(retrieval.METHODS) and at["best_flat"] in retrieval.FLAT
+            whole = methods[retrieval.WHOLE]["per_question_recall"]
+            for method, f in methods.items():
+                # Every method's context is a part of the document (summaries are extractive offline).
+                assert all(0.0 <= r <= w + 1e-9 for r, w in zip(f["per_question_recall"], whole, strict=True)), method
+                assert 0.0 <= f["summary_share"] <= 1.0
+            if budget == "2000":  # the whole tiny document fits: a flat baseline takes every leaf of the engine's
+                for method in retrieval.FLAT:
+                    assert methods[method]["per_question_recall"] == whole
+            assert all(methods[m]["summary_share"] == 0.0 for m in (*retrieval.FLAT, retrieval.WHOLE))
+    targets = figures["targets"]
+    assert [(t["set"], t["budget"]) for t in targets] == [("patents", 500), ("reviews", 500), ("quality", 2000)]
+    assert all(isinstance(t["pass"], bool) for t in targets)
+
+
+@needs_data
+def test_answers_report_recall_summary_citations_and_refusals(
+    tiny_sources: Path, shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "answers.json"
+    assert answers.main(["--sources", str(tiny_sources), "--data-dir", str(shared_dir), "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    for expected in ("Answers to each set's questions", "cite a summary", "retrieve p95 ms", "ask p95 ms",
+                     "Off-topic questions", "== Targets (issue 12) ==", "patent answers citing a summary",
+                     "answerable questions refused", "off-topic questions refused"):
+        assert expected in out
+    figures = json.loads(report.read_text())
+    assert list(figures["answerable"]) == ["quality", "patents", "reviews"]
+    assert [figures["answerable"][n]["questions"] for n in SET_FILES] == [2, 1, 2]
+    assert list(figures["off_topic"]) == ["quality", "reviews"]  # the patent question is generic: never off topic
+    assert [figures["off_topic"][n]["questions"] for n in ("quality", "reviews")] == [2, 2]
+    for tally in figures["answerable"].values():
+        assert all(0.0 <= r <= 1.0 for r in tally["per_question_recall"])
+        assert tally["retrieve"]["p95_ms"] > 0 and tally["ask"]["p95_ms"] > 0
+    assert [t["name"] for t in figures["targets"]] == [
+        "patent answers citing a summary", "answerable questions refused", "off-topic questions refused"]
+    assert all(isinstance(t["pass"], bool) for t in figures["targets"])
+
+
+# -- the data ------------------------------------------------------------------
 
 
 def test_question_parsing_handles_every_option_layout() -> None:
@@ -67,3 +150,66 @@ def test_question_parsing_handles_every_option_layout() -> None:
         question = parse_question(instruction, "(C) three")
         assert question.text == "Why?" and question.options == ("one", "two", "three", "four")
         assert question.answer == 2 and question.letter == "C"
+        assert question.gold == "three"  # the right option's text, without its label
+
+
+def test_free_questions_keep_their_output_as_gold() -> None:
+    question = read_question("You are a patent examiner. Please write a summary of this patent.", " A paw cleaner. ")
+    assert question.text.startswith("You are a patent examiner") and question.gold == "A paw cleaner."
+    assert question.options == () and question.letter == ""
+
+
+def test_repeated_lines_are_dropped_once_and_listed(tmp_path: Path) -> None:
+    path = tmp_path / "set.jsonl"
+    records = [{"input": f"Text {n}.", "instructions": ["Q?"], "outputs": [f"A {n}"]} for n in (0, 1, 0, 2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    data = load_set("toy", path)
+    assert [a.index for a in data.articles] == [0, 1, 3] and data.duplicates == (2,)
+    assert [a.dataset for a in data.articles] == ["set"] * 3
+    assert [a.index for a in load_set("toy", path, limit=2).articles] == [0, 1]
+
+
+# -- the measure ---------------------------------------------------------------
+
+
+def test_content_words_fold_case_and_drop_stop_words_and_single_characters() -> None:
+    assert content_words("The Cat sat on a MAT, and 7 x 42 dogs!") == {"cat", "sat", "mat", "42", "dogs"}
+    assert content_words("Hyphen-ated e-mail's") == {"hyphen", "ated", "mail"}  # [a-z0-9]+ splits at - and '
+
+
+def test_word_recall_counts_unique_gold_content_words() -> None:
+    assert word_recall("The cat sat.", "the CAT, as it SAT, was happy") == 1.0  # fully contained
+    assert word_recall("cat cat dog", "a cat") == 0.5  # a set: the repeated "cat" counts once
+    assert word_recall("the red fox", "the and a of red") == 0.5  # stop words neither needed nor enough
+    assert word_recall("a b c fox", "fox") == 1.0  # one-letter tokens are not content words
+    assert word_recall("Fox", "") == 0.0
+    assert math.isnan(word_recall("It is not the one", "anything"))  # no content word: cannot be scored
+    assert word_recall(content_words("red fox"), content_words("red")) == 0.5  # precomputed sets
+
+
+def test_oracle_recall_covers_gold_greedily_within_the_budget() -> None:
+    gold = content_words("alpha beta gamma delta")
+    pool = [Sentence(10, content_words("alpha beta")), Sentence(10, content_words("gamma")),
+            Sentence(30, content_words("alpha beta gamma delta")), Sentence(5, content_words("nothing here"))]
+    assert oracle_recall(gold, pool, 20) == (0.75, 20)  # the two short sentences
+    assert oracle_recall(gold, pool, 30) == (1.0, 30)  # the long one alone beats greedy's 3 words
+    assert oracle_recall(gold, pool, 5) == (0.0, 0)
+    assert math.isnan(oracle_recall(frozenset(), pool, 50)[0])
+
+
+def test_rrf_fuses_ranks_not_scores() -> None:
+    import numpy as np
+
+    fused = rrf_scores(np.array([9.0, 5.0, 1.0]), np.array([0.1, 0.3, 0.2]))
+    assert fused[0] == pytest.approx(1 / 61 + 1 / 63) and fused[1] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused.argmax() == 1
+
+
+def test_intervals_bracket_the_mean_and_pair_questions() -> None:
+    constant = mean_interval([0.4] * 10)
+    assert (constant.mean, constant.low, constant.high, constant.n) == pytest.approx((0.4, 0.4, 0.4, 10))
+    spread = mean_interval([0.0, 1.0] * 20)
+    assert spread.low < 0.5 < spread.high
+    paired = paired_difference([0.5, 0.6, 0.7], [0.4, 0.6, 0.8])
+    assert paired.difference.mean == pytest.approx(0.0) and (paired.a_ahead, paired.b_ahead) == (1, 1)
+    assert math.isnan(mean_interval([]).mean)
