@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from bot.config import Config
-from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
@@ -100,7 +100,8 @@ def build_engine(config: Config) -> Engine:
         embedder, counter = local, local.token_counter()
     if client is None or llm is None:
         summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
-        answerer: Answerer = ExtractiveAnswerer(embedder)
+        answering = ExtractiveSettings(summary_chars=config.retrieval.summary_chars)
+        answerer: Answerer = ExtractiveAnswerer(embedder, answering)
     else:
         log.info("summaries and answers from %s (model %s)", llm.base_url, llm.model)
         summarizer = LLMSummarizer(client, counter, llm)

@@ -127,6 +127,8 @@ class RetrievalConfig(_Section):
     top_k: int = Field(default=40, ge=1, le=1000)
     per_layer: int = Field(default=5, ge=1, le=100)
     hybrid: bool = True
+    # Offline answers: the summary leading an answer to a broad question is cut to this many characters.
+    summary_chars: int = Field(default=600, ge=80, le=10_000)
 
 
 class ScheduleConfig(_Section):

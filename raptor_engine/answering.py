@@ -1,26 +1,49 @@
-"""The offline answerer: the retrieved sentences that best answer the question, cited.
+"""The offline answerer: the retrieved text that best answers the question, cited.
 
 Without a language model we cannot write new prose, so the answer is made of
-the sentences of the retrieved nodes closest to the question (by the same
-embedding model the tree uses), each followed by the number of the node it
-came from. When even the best retrieved node is far from the question, the
-answer says nothing relevant was found instead of quoting noise.
+the retrieved nodes' own sentences, each followed by the number of the node it
+came from. What it is made of follows the question's scope (``scope.py``),
+judged during retrieval:
+
+- nothing about the question in the channel: a short "nothing found" answer,
+  quoting nothing;
+- an overview or a theme: the best summary first (trimmed to
+  ``summary_chars`` at a sentence end), cited as a summary with its layer, then
+  up to ``max_excerpts`` supporting sentences from the other nodes;
+- a detail: the sentences closest to the question (by the embedding model the
+  tree uses), up to ``max_sentences``.
+
+Either way no two quoted sentences are near duplicates (token Jaccard at least
+``duplicate_jaccard``), sentences are grouped by source and keep their order in
+the document (leaves carry their span), and the question's words that the
+channel never uses are named at the end ("I found nothing about …").
+
+Called without a scope (an older caller), the answerer falls back on a cosine
+floor: nodes and sentences under ``min_relevance`` do not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from raptor_engine.chunking import sentences
+from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.protocols import Embedder
+from raptor_engine.scope import Scope
 from raptor_engine.types import Answer, Citation, Hit
 
 NOT_FOUND = "I could not find anything about that in this channel's material."
 QUOTE_CHARS = 200
+_TOKEN = re.compile(r"\w+")
+
+
+def nothing_about(words: Sequence[str]) -> str:
+    """The sentence naming the question's words the channel never uses."""
+    return f"I found nothing about {', '.join(words)}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +51,29 @@ class ExtractiveSettings:
     """Limits of an extractive answer.
 
     ``min_relevance`` is the cosine similarity below which a node or sentence
-    is not considered an answer; ``relative_cut`` keeps sentences scoring at
-    least that share of the best sentence's score.
+    is not considered an answer when no scope is given; ``relative_cut`` keeps
+    sentences scoring at least that share of the best sentence's score;
+    ``summary_chars`` bounds the summary leading a broad answer.
     """
 
     max_sentences: int = 4
     max_nodes: int = 8  # sentences are read from the best nodes only: each costs an embedding
     min_relevance: float = 0.3
     relative_cut: float = 0.8
+    summary_chars: int = 600
+    max_excerpts: int = 3
+    max_excerpt_nodes: int = 4  # a broad answer's excerpts come from this many nodes after its summary
+    duplicate_jaccard: float = 0.8
+    min_words: int = 4  # shorter sentences (headings, "Korvin shrugged.") are not quoted alone
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    """A sentence of a hit: which hit (by index), its text and its place in the node."""
+
+    hit: int
+    text: str
+    place: int
 
 
 class ExtractiveAnswerer:
@@ -47,64 +85,167 @@ class ExtractiveAnswerer:
 
     @property
     def identity(self) -> str:
-        return f"extractive-answer-v1/{self._embedder.model_id}"
+        return f"extractive-answer-v2/{self._embedder.model_id}"
 
-    async def answer(self, question: str, hits: Sequence[Hit]) -> Answer:
-        """See the ``Answerer`` protocol. CPU work runs in a worker thread."""
-        return await asyncio.to_thread(self.answer_now, question, hits)
+    async def answer(self, question: str, hits: Sequence[Hit], scope: Scope | None = None) -> Answer:
+        """See the ``Answerer`` protocol; ``scope`` is the question's scope from retrieval.
+        CPU work runs in a worker thread."""
+        return await asyncio.to_thread(self.answer_now, question, hits, scope)
 
-    def answer_now(self, question: str, hits: Sequence[Hit]) -> Answer:
+    def answer_now(self, question: str, hits: Sequence[Hit], scope: Scope | None = None) -> Answer:
         """The answer, computed in the calling thread."""
-        relevant = [hit for hit in hits if hit.score >= self._settings.min_relevance][: self._settings.max_nodes]
+        if scope is None:
+            floor = self._settings.min_relevance
+            relevant = [hit for hit in hits if hit.score >= floor]
+        else:
+            floor = float("-inf")
+            relevant = list(hits) if scope.answerable else []
         if not relevant:
             return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False)
-        sentences = _distinct_sentences(relevant)
-        vectors = self._embedder.embed([question, *(s for _, s in sentences)])
-        scores = vectors[1:] @ vectors[0]
-        picked = self._pick(scores)
+        lead = next((hit for hit in relevant if hit.node.layer > 0), None) if scope and scope.broad else None
+        if lead is not None:
+            others = [hit for hit in relevant if hit is not lead]
+            others.sort(key=lambda hit: hit.node.layer > 0)  # supporting excerpts from leaves first
+            answer = self._broad(question, lead, others[: self._settings.max_excerpt_nodes], hits)
+        else:
+            answer = self._detail(question, relevant[: self._settings.max_nodes], hits, floor)
+        if answer.found and scope is not None and scope.missing:
+            answer = Answer(f"{answer.text} {nothing_about(scope.missing)}", answer.citations, answer.hits, True)
+        return answer
+
+    def _detail(self, question: str, nodes: list[Hit], hits: Sequence[Hit], floor: float) -> Answer:
+        """The best sentences of ``nodes``, above ``floor`` and the relative cut."""
+        candidates = _distinct_sentences(nodes)
+        picked = self._pick(question, candidates, self._settings.max_sentences, floor)
         if not picked:
             return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False)
-        return _cited([sentences[i] for i in picked], relevant, hits)
+        return _cited([], _in_reading_order(picked, nodes), nodes, hits)
 
-    def _pick(self, scores: np.ndarray) -> list[int]:
-        """Indices of the best sentences, best first, above both thresholds."""
-        if scores.size == 0:
+    def _broad(self, question: str, lead: Hit, others: list[Hit], hits: Sequence[Hit]) -> Answer:
+        """The lead summary, trimmed, then the best supporting sentences of the other nodes."""
+        summary = trim(lead.node.text, self._settings.summary_chars)
+        nodes = [lead, *others]
+        candidates = [s for s in _distinct_sentences(nodes) if s.hit > 0]
+        said = [_tokens(sentence) for sentence in sentences_of(summary)]
+        fresh = [s for s in candidates if not any(_similar(_tokens(s.text), t, self._settings) for t in said)]
+        picked = self._pick(question, fresh, self._settings.max_excerpts, float("-inf"), summary)
+        return _cited([(0, summary)], _in_reading_order(picked, nodes), nodes, hits)
+
+    def _pick(
+        self, question: str, candidates: list[_Sentence], limit: int, floor: float, lead: str = ""
+    ) -> list[_Sentence]:
+        """Up to ``limit`` of ``candidates``, best first: above ``floor`` and the relative cut,
+        and none a near duplicate of one picked before it.
+
+        A sentence scores its cosine to the question; with a ``lead`` summary, the
+        mean of its cosines to the question and to the lead, so that supporting
+        sentences bear on what the answer leads with (an overview question alone
+        is too generic to choose by).
+        """
+        if not candidates or limit <= 0:
             return []
+        # Embedded apart: a batch is padded to its longest text, and a summary is several
+        # times longer than a sentence (one batch of both took 3.5 times as long).
+        anchors = [self._embedder.embed([text])[0] for text in ([question, lead] if lead else [question])]
+        vectors = self._embedder.embed([s.text for s in candidates])
+        scores = (vectors @ np.vstack(anchors).T).mean(axis=1)
         order = np.argsort(-scores, kind="stable")
-        floor = max(self._settings.min_relevance, float(scores[order[0]]) * self._settings.relative_cut)
-        return [int(i) for i in order[: self._settings.max_sentences] if scores[i] >= floor]
+        best = float(scores[order[0]])
+        cut = max(floor, best * self._settings.relative_cut if best > 0 else best)
+        picked: list[_Sentence] = []
+        seen: list[set[str]] = []
+        for index in order:
+            if scores[index] < cut or len(picked) >= limit:
+                break
+            tokens = _tokens(candidates[index].text)
+            short = len(_TOKEN.findall(candidates[index].text)) < self._settings.min_words
+            if (short and (picked or lead)) or any(_similar(tokens, other, self._settings) for other in seen):
+                continue
+            picked.append(candidates[index])
+            seen.append(tokens)
+        return picked
 
 
-def _cited(chosen: list[tuple[int, str]], relevant: list[Hit], hits: Sequence[Hit]) -> Answer:
-    """The answer text with ``[n]`` after each sentence; citations numbered by first use."""
+def _cited(
+    lead: list[tuple[int, str]], chosen: list[_Sentence], nodes: Sequence[Hit], hits: Sequence[Hit]
+) -> Answer:
+    """The answer text with ``[n]`` after each part; citations numbered by first use.
+
+    ``lead`` is the (node index, text) of a leading summary, set apart from the
+    sentences after it by a blank line.
+    """
     numbers: dict[int, int] = {}
     citations: list[Citation] = []
-    parts: list[str] = []
-    for hit_index, sentence in chosen:
-        if hit_index not in numbers:
-            numbers[hit_index] = len(numbers) + 1
-            node = relevant[hit_index].node
-            citations.append(
-                Citation(numbers[hit_index], node.id, node.layer, node.title, node.link, quote(node.text))
-            )
-        parts.append(f"{sentence} [{numbers[hit_index]}]")
-    return Answer(text=" ".join(parts), citations=tuple(citations), hits=tuple(hits), found=True)
+
+    def number(index: int) -> int:
+        if index not in numbers:
+            numbers[index] = len(numbers) + 1
+            node = nodes[index].node
+            citations.append(Citation(numbers[index], node.id, node.layer, node.title, node.link, quote(node.text)))
+        return numbers[index]
+
+    parts = [f"{text} [{number(index)}]" for index, text in lead]
+    body = " ".join(f"{sentence.text} [{number(sentence.hit)}]" for sentence in chosen)
+    text = "\n\n".join(part for part in (*parts, body) if part)
+    return Answer(text=text, citations=tuple(citations), hits=tuple(hits), found=True)
 
 
-def _distinct_sentences(hits: Sequence[Hit]) -> list[tuple[int, str]]:
-    """(hit index, sentence) for every sentence of the hits, each sentence once.
+def _distinct_sentences(hits: Sequence[Hit]) -> list[_Sentence]:
+    """Every sentence of the hits, each sentence once.
 
     Extractive summaries repeat sentences of their leaves; a repeated sentence
-    is attributed to the best-scoring hit that holds it (hits come best first).
+    is attributed to the first hit that holds it (hits come best first).
     """
     seen: set[str] = set()
-    result: list[tuple[int, str]] = []
+    result: list[_Sentence] = []
     for index, hit in enumerate(hits):
-        for sentence in sentences(hit.node.text):
+        for place, sentence in enumerate(sentences_of(hit.node.text)):
             if sentence not in seen:
                 seen.add(sentence)
-                result.append((index, sentence))
+                result.append(_Sentence(index, sentence, place))
     return result
+
+
+def _in_reading_order(chosen: list[_Sentence], nodes: Sequence[Hit]) -> list[_Sentence]:
+    """``chosen`` grouped by source (the source of the best sentence first), each source's
+    sentences in document order: summaries first, then leaves by their start in the source."""
+    rank: dict[str, int] = {}
+    for sentence in chosen:
+        rank.setdefault(_source(nodes[sentence.hit]), len(rank))
+
+    def key(sentence: _Sentence) -> tuple[int, int, int, int, int]:
+        node = nodes[sentence.hit].node
+        return (rank[_source(nodes[sentence.hit])], node.layer == 0, node.start, sentence.hit, sentence.place)
+
+    return sorted(chosen, key=key)
+
+
+def _source(hit: Hit) -> str:
+    return hit.node.source_ids[0] if hit.node.source_ids else hit.node.id
+
+
+def _tokens(text: str) -> set[str]:
+    return set(_TOKEN.findall(text.lower()))
+
+
+def _similar(a: set[str], b: set[str], settings: ExtractiveSettings) -> bool:
+    """Whether two sentences' token sets are near duplicates (Jaccard at least the setting)."""
+    union = len(a | b)
+    return union > 0 and len(a & b) / union >= settings.duplicate_jaccard
+
+
+def trim(text: str, limit: int) -> str:
+    """``text``'s first sentences within ``limit`` characters (whitespace folded); if even
+    the first is longer, that sentence cut at a word with an ellipsis."""
+    parts = sentences_of(text)
+    kept: list[str] = []
+    for sentence in parts:
+        if len(" ".join([*kept, sentence])) > limit:
+            break
+        kept.append(sentence)
+    if kept:
+        return " ".join(kept)
+    return quote(parts[0] if parts else text, limit)
 
 
 def quote(text: str, limit: int = QUOTE_CHARS) -> str:

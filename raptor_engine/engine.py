@@ -46,7 +46,8 @@ from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, loa
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.metering import SpendingLimits, metering
-from raptor_engine.retrieval import Query, RetrievalSettings, retrieve
+from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, load_summary_map, retrieve_scoped
+from raptor_engine.scope import SummaryMap
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState, TreeState, leaf_node, profile_digest
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
 from raptor_engine.tree import BuildProgress, BuiltTree, ProgressCallback, TreeBuilder
@@ -115,7 +116,8 @@ class Engine:
         self._answerer = answerer
         self.settings = settings
         self._channels: dict[ChannelKey, ChannelStore] = {}
-        self._lexicons: OrderedDict[tuple[ChannelKey, int, int], LexicalIndex] = OrderedDict()
+        # Per served tree version: its BM25 index and its summary map (see _indexes).
+        self._lexicons: OrderedDict[tuple[ChannelKey, int, int], tuple[LexicalIndex, SummaryMap]] = OrderedDict()
         self._lexicons_lock = threading.Lock()
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
@@ -535,6 +537,10 @@ class Engine:
             return self._retrieve(key, question, settings)
 
     def _retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> list[Hit]:
+        return self._retrieval(key, question, settings).hits
+
+    def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
+        """The hits for ``question`` (titled) and its scope in the channel."""
         settings = settings or self.settings.retrieval
         channel = self._channel(key)
         state = channel.live_state()
@@ -546,32 +552,39 @@ class Engine:
         sources = {s.id: s for s in channel.list_sources()}
         pending = [sid for sid in sources if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])
-        lexical = self._lexicon(key, channel, state) if state and settings.hybrid else None
-        hits = retrieve(channel, state, pending, self._leaf_profile, query, settings, lexical)
-        return [_titled(hit, sources) for hit in hits]
+        # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
+        lexical, summaries = self._indexes(key, channel, state) if state else (None, None)
+        found = retrieve_scoped(channel, state, pending, self._leaf_profile, query, settings, lexical, summaries)
+        return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
 
-    def _lexicon(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> LexicalIndex:
-        """The BM25 index of the served tree, built on first use and kept (least recently used out)."""
+    def _indexes(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> tuple[LexicalIndex, SummaryMap]:
+        """The BM25 index and summary map of the served tree, built on first use and kept
+        (least recently used out)."""
         cache_key = (key, state.version, state.revision)
         with self._lexicons_lock:
             if cache_key in self._lexicons:
                 self._lexicons.move_to_end(cache_key)
                 return self._lexicons[cache_key]
-        index = LexicalIndex(*channel.node_texts(state.version))  # built outside the lock: may take a while
+        # Built outside the lock: may take a while.
+        built = (LexicalIndex(*channel.node_texts(state.version)), load_summary_map(channel, state))
         with self._lexicons_lock:
-            self._lexicons[cache_key] = index
+            self._lexicons[cache_key] = built
             while len(self._lexicons) > LEXICAL_CACHE_SIZE:
                 self._lexicons.popitem(last=False)
-        return index
+        return built
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
-        """An answer to ``question`` from the channel's material, citing the nodes it used."""
+        """An answer to ``question`` from the channel's material, citing the nodes it used.
+
+        The offline answerer also hears the question's scope: whether the channel
+        holds anything about it, and whether to lead with a summary.
+        """
         with self._gate.foreground():
-            hits = await asyncio.to_thread(self._retrieve, key, question, settings)
+            found = await asyncio.to_thread(self._retrieval, key, question, settings)
             if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                return await self._answerer.answer(question, hits)
+                return await self._answerer.answer(question, found.hits, found.scope)
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
-        return await self._answerer.answer(question, hits)
+        return await self._answerer.answer(question, found.hits)
 
     # -- inspecting ------------------------------------------------------------
 

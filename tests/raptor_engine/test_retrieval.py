@@ -1,9 +1,18 @@
-"""Filling the token budget."""
+"""Filling the token budget, judging a question's scope, and retrieval that follows it."""
 
 from __future__ import annotations
 
-from raptor_engine.retrieval import fill_budget
-from raptor_engine.types import Hit, Node
+import asyncio
+
+import numpy as np
+import pytest
+
+from raptor_engine.engine import Engine
+from raptor_engine.lexical import LexicalIndex
+from raptor_engine.retrieval import RetrievalSettings, fill_budget
+from raptor_engine.scope import ScopeKind, assess, summary_map
+from raptor_engine.types import ChannelKey, Hit, Node
+from tests.conftest import SAMPLE
 
 
 def hit(node_id: str, text: str, tokens: int, layer: int = 0, score: float = 0.5) -> Hit:
@@ -24,3 +33,79 @@ def test_a_summary_repeating_chosen_sentences_is_skipped_only_when_asked() -> No
     assert [h.node.id for h in fill_budget([leaf, summary, other], 100, 10)] == ["leaf", "sum", "other"]
     # Leaves are the evidence: never skipped for repeating a summary.
     assert [h.node.id for h in fill_budget([summary, leaf], 100, 10, max_overlap=0.5)] == ["sum", "leaf"]
+
+
+# -- the question's scope -------------------------------------------------------------
+
+GARDEN = LexicalIndex(
+    ["l1", "l2", "l3"],
+    [
+        "The garden committee meets on the first Sunday of every month.",
+        "Tomatoes are planted in May, after the last frost, and watered every second evening.",
+        "The compost heap sits behind the shed; Margaret turns it every week.",
+    ],
+)
+
+
+def test_a_question_about_the_material_itself_is_an_overview_and_always_answerable() -> None:
+    scope = assess("What is this document about? Summarize its main points.", [0.12, 0.1, 0.09], GARDEN)
+    assert scope.kind is ScopeKind.OVERVIEW and scope.breadth == 1.0 and scope.answerable
+    assert scope.missing == ()
+
+
+def test_a_detail_is_narrow_and_a_theme_broad() -> None:
+    detail = assess("When are tomatoes planted?", [0.7, 0.3, 0.25, 0.2] + [0.1] * 20, GARDEN)
+    assert detail.kind is ScopeKind.DETAIL and detail.breadth == 0.0 and detail.answerable
+    theme = assess("What happens in the garden?", [0.6, 0.59, 0.58, 0.58, 0.57, 0.57, 0.56, 0.56, 0.56, 0.55], GARDEN)
+    assert theme.kind is ScopeKind.THEME and theme.breadth > 0.5
+
+
+def test_answerability_weighs_cosine_words_and_names() -> None:
+    assert not assess("When are tomatoes planted?", [], GARDEN).answerable  # no material at all
+    # Short questions score low even against the leaf that answers them: the channel's words rescue them.
+    assert assess("Who turns the compost?", [0.22, 0.1], GARDEN).answerable
+    assert not assess("What is the boiling point of liquid nitrogen?", [0.2, 0.1], GARDEN).answerable
+    # A name the channel never mentions is another topic, however close the meaning.
+    assert not assess("When does Gertrude water the tomatoes?", [0.6, 0.3], GARDEN).answerable
+    assert assess("When does Margaret turn the compost?", [0.6, 0.3], GARDEN).answerable
+    # Words of sources added since the build count too.
+    assert assess("When does Gertrude water?", [0.6], GARDEN, ["Gertrude waters on Fridays."]).answerable
+    # With summaries, how near the question is to a source's centre counts as well.
+    assert assess("Who turns the compost?", [0.22, 0.1], GARDEN, relatedness=0.3).answerable
+    assert not assess("Who turns the compost?", [0.22, 0.1], GARDEN, relatedness=-0.05).answerable
+    assert assess("What is this about?", [0.05], GARDEN, relatedness=-0.05).answerable  # an overview, always
+
+
+def test_a_partial_question_lists_its_missing_words_by_stem() -> None:
+    scope = assess("Who plants tomatoes and feeds the chickens?", [0.5, 0.2], GARDEN)
+    assert scope.missing == ("feeds", "chickens")  # "plants" matches "planted"
+    assert assess("Who plants the tomatoes?", [0.5, 0.2], GARDEN).missing == ()
+
+
+def test_summary_map_finds_roots_ancestors_and_central_summaries() -> None:
+    a1 = Node("a1", 1, "a one", 5, ("x.0", "x.1"), ("a2",), ("x",))
+    a1b = Node("a1b", 1, "a two", 5, ("x.2",), ("a2",), ("x",))
+    a2 = Node("a2", 2, "a root", 5, ("a1", "a1b"), ("top",), ("x",))
+    b1 = Node("b1", 1, "b root", 5, ("y.0",), ("top",), ("y",))
+    top = Node("top", 3, "channel", 5, ("a2", "b1"), (), ("x", "y"))
+    vectors = np.array([[1, 0, 0], [0.6, 0.8, 0], [0.9, 0.1, 0], [0, 0, 1], [0.5, 0, 0.5]], dtype=np.float32)
+    summaries = summary_map([a1, a1b, a2, b1, top], vectors)
+    assert summaries.tops == ("top", "a2", "b1")  # the channel's top, then each source's root
+    leaf_x1 = Node("x.1", 0, "x leaf", 5, parents=("a1",), source_ids=("x",))
+    assert summaries.ancestors([leaf_x1]) == ["a1", "a2", "top"]
+    assert summaries.centrality["a2"] > summaries.centrality["a1b"]  # nearer its source's centre
+    assert [hit.node.id for hit in summaries.hits(np.array([0, 0, 1.0]), ["b1", "nope"])] == ["b1"]
+    assert summaries.centred == {"x", "y"}  # both sources have layer-1 summaries
+    assert summaries.relatedness(np.array([0, 0, 1.0])) == pytest.approx(1.0)  # y's centre is b1
+
+
+def test_collapsed_retrieval_follows_the_scope(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    settings = RetrievalSettings(budget=500)
+    overview = engine.retrieve(channel, "What is this handbook about? Summarize its main points.", settings)
+    summary_tokens = sum(h.node.tokens for h in overview if h.node.layer > 0)
+    assert overview[0].node.layer > 0 and summary_tokens >= 0.5 * sum(h.node.tokens for h in overview)
+    detail = engine.retrieve(channel, "What happens if a page is not acknowledged within ten minutes?", settings)
+    assert all(h.node.layer == 0 for h in detail)
+    assert "escalates" in " ".join(h.node.text for h in detail[:3]) or "secondary" in detail[0].node.text
