@@ -107,11 +107,20 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
         summaries = [node for kind, _, node in citations(answer) if kind == "summary"]
         assert summaries, answer
 
-        await console.handle_line(f"/node {summaries[0]}")
-        shown = terminal.take()
-        assert shown.startswith(f"Summary (layer 1) {summaries[0]}")
-        assert re.search(r"Summarises \(\d+\):", shown)
-        child = re.search(r"^  (\S+) · excerpt · ", shown, re.M)
+        # A cited summary opens down, layer by layer, to the excerpts it was built from.
+        node = summaries[0]
+        child = None
+        for _ in range(6):
+            await console.handle_line(f"/node {node}")
+            shown = terminal.take()
+            assert re.match(rf"Summary \(layer \d+\) {re.escape(node)}", shown), shown
+            assert re.search(r"Summarises \(\d+\):", shown)
+            child = re.search(r"^  (\S+) · excerpt · ", shown, re.M)
+            if child:
+                break
+            lower = re.search(r"^  (\S+) · summary", shown, re.M)
+            assert lower, shown
+            node = lower.group(1)
         assert child, shown
         await console.handle_line(f"/node {child.group(1)}")  # down to the excerpt itself
         assert terminal.take().startswith(f"Excerpt {child.group(1)}")
