@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import re
+
 import numpy as np
 
 from raptor_engine.chunking import sentences
@@ -58,6 +60,7 @@ DEFAULT_BUDGET = 2000  # tokens: the paper's best collapsed-tree context
 DEFAULT_TOP_K = 40  # at most this many nodes, whatever the budget
 DEFAULT_PER_LAYER = 5  # traversal: nodes kept at each layer
 MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
+_MENTION = re.compile(r"<@!?\w+>|@[\w.-]+")
 RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
 # Fitted on the dev sets with the scope constants (see scope.py): BM25 at full weight cost
 # 0.4 to 1.3 points of recall on QuALITY; at half weight it still puts an exact code first.
@@ -139,7 +142,11 @@ def retrieve_scoped(
         summaries = load_summary_map(store, state) if state else EMPTY_MAP
     scores = sorted((hit.score for hit in leaves), reverse=True)
     related = _relatedness(vector, leaves, summaries)
-    scope = assess(query.text, scores, lexical, [hit.node.text for hit in fresh], related)
+    # The scope is the question's own: earlier thread messages put before it (see bot.handler)
+    # help find the passages, but their words are not what is asked about.
+    # A mention left in the text ("@Raptor") names the bot, not the material.
+    asked = _MENTION.sub(" ", (query.text.strip().splitlines() or [""])[-1])
+    scope = assess(asked, scores, lexical, [hit.node.text for hit in fresh], related)
     if state is None or settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
     if settings.mode is RetrievalMode.TRAVERSAL:

@@ -345,14 +345,15 @@ def test_a_private_thread_keeps_its_files_pins_and_answers_to_itself(engine: Eng
         assert added["content"].startswith("Added “bands")
         note = await fake.post(private, alice["user"], "Bonuses are paid every March, after the review.", alice)
         await fake.pin(private, note["id"])
-        await world.bot_posts(private, 2)
+        await world.bot_posts(private, 3)  # the note is a follow-up in a thread the bot spoke in: it gets a reply too
         held = {s.external_id for s in world.engine.sources(own)}
         assert held == {f"{private}/{shared['id']}/{bands['id']}", f"{private}/{note['id']}"}
         assert world.engine.sources(world.key("general")) == []
 
         # Asked there, it answers from its own tree; asked in general, from general's (empty).
         await world.mention(private, "Where does the salary band for senior engineers end?")
-        answer = (await world.bot_posts(private, 3))[-1]
+        answer = (await world.bot_posts(private, 4))[-1]
+        assert len(answer["embeds"]) == 2, answer
         _, cited = answer["embeds"]
         assert cited["title"] == "Sources" and all(f"/{private}/" in f["value"] for f in cited["fields"])
         asked = await world.slash("general", "ask", {"question": "Where does the salary band end?"})

@@ -173,7 +173,7 @@ def test_mentions_follow_ups_and_direct_messages(engine: Engine, tmp_path: Path,
         await slack.wait_until(lambda: len(slack.posts(CHANNEL, asked["ts"])) == 2, what="the follow-up's answer")
         question = [e for e in events if isinstance(e, Question)][-1]
         assert question.thread == asked["ts"] and question.text.startswith("And how quickly")
-        assert question.context[0] == ON_CALL and question.context[1].startswith("The on-call engineer")
+        assert question.context[0] == ON_CALL and "The on-call engineer" in question.context[1]
         assert question.person.name == "Ben" and not question.person.manages_channel
 
         # A thread where the bot never answered stays the people's.
