@@ -66,6 +66,29 @@ class Summarizer(Protocol):
 
 
 @runtime_checkable
+class LeafSummarizer(Summarizer, Protocol):
+    """A summariser that may be given the leaves under a cluster instead of its members.
+
+    When ``reads_leaves`` is true, every summary is made from the texts of all
+    the leaves beneath its cluster (the chunks of the documents, in tree
+    order), not from the summaries below it. An extractive summariser loses
+    what its lower summaries left out when it summarises them again; reading
+    the leaves, its top summary of a document chooses among all of the
+    document's sentences. A language model keeps the paper's way (members'
+    texts) and need not implement this. Called only when ``reads_leaves`` is true.
+    """
+
+    @property
+    def reads_leaves(self) -> bool: ...
+
+    async def summarize_whole(self, texts: Sequence[str]) -> str:
+        """The summary at the top of a source or of the channel (a root) from all its leaves'
+        ``texts``: the one a question about the whole material opens with, so it may be longer
+        than the others. Never empty; raises ``ProviderError`` on failure."""
+        ...
+
+
+@runtime_checkable
 class MeteredSummarizer(Summarizer, Protocol):
     """A summariser whose calls spend a language model's requests and tokens.
 

@@ -10,8 +10,8 @@ Three modes, as in the paper:
     grandparents… up to the root), ranked by cosine to the question plus
     :data:`CENTRALITY_WEIGHT` times their centrality (how representative of
     their source they are); for an overview the channel's top summaries and
-    each source's root are candidates too, and come first when the channel
-    holds several sources;
+    each source's root come first (the offline summariser makes a root from
+    every leaf beneath it, in three times a summary's length);
   - the leaves are ranked by cosine, fused with a BM25 ranking of the leaves
     when ``hybrid`` is on (weighted reciprocal-rank fusion, BM25 at
     :data:`LEXICAL_WEIGHT`), so exact words count as well as meaning.
@@ -199,18 +199,14 @@ def _summaries_for(query: Query, scope: Scope, leaves: list[Hit], summaries: Sum
     """The candidate summaries, best first, by cosine plus ``CENTRALITY_WEIGHT`` x centrality:
     the summaries above the best leaves and, for an overview, the channel's top summaries.
 
-    In a channel of several sources an overview takes the tops (the channel's
-    highest layer and each source's root, ranked among themselves as above)
-    before anything else, so every source is represented. The channel's root is
-    not forced first: over many sources an extractive root is a medley of short
-    sentences from all of them, a poor opening for an answer. In a channel of
-    one source its root is only a candidate like the others: on the patents,
-    where the extractive root (a summary of summaries) says less than the most
-    central layer-1 summaries, putting it first lowered recall at 500 tokens
-    from 53.4 % to 51.5 %.
+    An overview takes the tops (the channel's highest layer and each source's
+    root, ranked among themselves as above) before anything else: the offline
+    summariser makes a root from all its source's leaves, in a larger budget
+    (``summarizing.WHOLE_FACTOR``), so it is the best single text about the
+    whole, and over several sources every source is represented.
     """
     tops = list(summaries.tops) if scope.kind is ScopeKind.OVERVIEW else []
-    first = tops if len(tops) > 1 else []
+    first = set(tops)
     above = summaries.ancestors([hit.node for hit in leaves[:ANCESTOR_LEAVES]])
     wanted = list(dict.fromkeys([*tops, *above]))
     hits = summaries.hits(query.vector, wanted)

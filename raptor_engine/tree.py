@@ -25,7 +25,7 @@ from raptor_engine.background import ForegroundGate
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.errors import ProviderError
 from raptor_engine.metering import Meter
-from raptor_engine.protocols import Embedder, MeteredSummarizer, Summarizer, TokenCounter
+from raptor_engine.protocols import Embedder, LeafSummarizer, MeteredSummarizer, Summarizer, TokenCounter
 from raptor_engine.types import Node
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class _Layer:
     nodes: list[Node]
     vectors: np.ndarray
     coverage: list[Counter[str]]
+    leaf_texts: list[tuple[str, ...]]  # the texts of the leaves under each node (a leaf: its own)
 
 
 class TreeBuilder:
@@ -208,10 +209,17 @@ class TreeBuilder:
         """The layer of summaries of ``clusters`` of ``below``: cached or made, then embedded."""
         result = run.result
         members = [[below.nodes[i] for i in cluster] for cluster in clusters]
-        keys = [summary_key(self._summarizer.identity, [n.text for n in group]) for group in members]
+        under = [tuple(text for i in cluster for text in below.leaf_texts[i]) for cluster in clusters]
+        reads_leaves = _reads_leaves(self._summarizer)
+        inputs = under if reads_leaves else [tuple(n.text for n in group) for group in members]
+        # One cluster makes a root: the whole of a source, or of the channel.
+        whole = reads_leaves and len(clusters) == 1
+        identity = self._summarizer.identity + ("/whole" if whole else "")
+        keys = [summary_key(identity, texts) for texts in inputs]
         with run.clock.timing("summarise"):
             cached = await asyncio.to_thread(run.cache.get, keys)
-            texts = await self._summaries(members, keys, cached, run.bound, number)
+            layer = 1 + max(node.layer for node in members[0])
+            texts = await self._summaries(inputs, keys, cached, run, (number, layer), whole)
 
         coverage = [sum((below.coverage[i] for i in cluster), Counter()) for cluster in clusters]
         sources = [tuple(source for source, _ in cover.most_common()) for cover in coverage]
@@ -234,28 +242,37 @@ class TreeBuilder:
         result.used_keys.update(keys)
         result.summaries_reused += sum(1 for k in keys if k in cached)
         result.summaries_made += len(fresh)
-        return _Layer(nodes, np.vstack([vector_of[k] for k in keys]).astype(np.float32), coverage)
+        return _Layer(nodes, np.vstack([vector_of[k] for k in keys]).astype(np.float32), coverage, under)
 
     async def _summaries(
         self,
-        members: list[list[Node]],
+        inputs: list[tuple[str, ...]],
         keys: list[str],
         cached: dict[str, tuple[str, np.ndarray]],
-        bound: asyncio.Semaphore,
-        number: int,
+        run: _Run,
+        position: tuple[int, int],
+        whole: bool,
     ) -> list[str]:
-        """The text of each cluster's summary: cached, or made concurrently under ``bound``."""
+        """The text of each cluster's summary from its ``inputs`` (the texts the summariser
+        reads): cached, or made concurrently under the run's bound. ``position`` is the layer
+        number to report (0: none) and the layer made; ``whole`` asks a :class:`LeafSummarizer`
+        for the summary of a whole source or channel (a root)."""
+        number, layer = position
         todo = [i for i, key in enumerate(keys) if key not in cached]
-        await self._reserve([members[i] for i in todo])
+        await self._reserve([inputs[i] for i in todo], layer)
         done = 0
         if number:
             self._progress(BuildProgress("summarise", 0, len(todo), number))
 
         async def make(index: int) -> str:
             nonlocal done
-            async with bound:
+            async with run.bound:
                 await self._gate.step_aside()
-                text = await self._summarizer.summarize([n.text for n in members[index]])
+                summarizer = self._summarizer
+                if whole and isinstance(summarizer, LeafSummarizer):
+                    text = await summarizer.summarize_whole(inputs[index])
+                else:
+                    text = await summarizer.summarize(inputs[index])
             if not text or not text.strip():
                 raise ProviderError("the summariser returned an empty summary")
             done += 1
@@ -270,7 +287,7 @@ class TreeBuilder:
         return texts
 
 
-    async def _reserve(self, clusters: list[list[Node]]) -> None:
+    async def _reserve(self, clusters: list[tuple[str, ...]], layer: int) -> None:
         """Books the summaries about to be asked for against the build's spending ceiling;
         raises ``SpendingLimitReached`` before any of them is asked if they would pass it."""
         meter, summarizer = self._meter, self._summarizer
@@ -278,9 +295,8 @@ class TreeBuilder:
             return
         tokens = 0
         if meter.limits.max_tokens:  # counting prompts costs tokenising them: only when tokens are capped
-            costs = await asyncio.to_thread(lambda: [summarizer.cost([n.text for n in c]) for c in clusters])
+            costs = await asyncio.to_thread(lambda: [summarizer.cost(texts) for texts in clusters])
             tokens = sum(costs)
-        layer = 1 + max(node.layer for node in clusters[0])
         meter.reserve(len(clusters), tokens, f"{len(clusters)} new summaries of layer {layer}")
 
 
@@ -311,7 +327,18 @@ class _Run:
 
 
 def _leaf_layer(leaves: Sequence[Node], vectors: np.ndarray) -> _Layer:
-    return _Layer(list(leaves), np.asarray(vectors, dtype=np.float32), [Counter(n.source_ids[:1]) for n in leaves])
+    return _Layer(
+        list(leaves),
+        np.asarray(vectors, dtype=np.float32),
+        [Counter(n.source_ids[:1]) for n in leaves],
+        [(n.text,) for n in leaves],
+    )
+
+
+def _reads_leaves(summarizer: Summarizer) -> bool:
+    """Whether ``summarizer`` summarises the leaves under a cluster rather than its members' texts
+    (see :class:`~raptor_engine.protocols.LeafSummarizer`)."""
+    return isinstance(summarizer, LeafSummarizer) and summarizer.reads_leaves
 
 
 def _joined(layers: Sequence[_Layer]) -> _Layer:
@@ -320,6 +347,7 @@ def _joined(layers: Sequence[_Layer]) -> _Layer:
         [node for layer in layers for node in layer.nodes],
         np.vstack([layer.vectors for layer in layers]),
         [cover for layer in layers for cover in layer.coverage],
+        [texts for layer in layers for texts in layer.leaf_texts],
     )
 
 

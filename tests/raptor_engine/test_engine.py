@@ -56,6 +56,65 @@ def test_every_summary_is_traceable_to_leaves_and_its_source(engine: Engine, cha
     assert len(leaves) == engine.stats(channel).nodes_per_layer[0]
 
 
+class RecordingSummarizer:
+    """The offline summariser, recording what each call was given: ("part" or "whole", texts).
+    With ``reads_leaves`` false it stands for a language model, which reads its members."""
+
+    def __init__(self, counter, reads_leaves: bool) -> None:  # type: ignore[no-untyped-def]
+        self._inner = ExtractiveSummarizer(counter)
+        self.identity = f"{self._inner.identity}/recording-{reads_leaves}"
+        self.reads_leaves = reads_leaves
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    async def summarize(self, texts: Sequence[str]) -> str:
+        self.calls.append(("part", tuple(texts)))
+        return await self._inner.summarize(texts)
+
+    async def summarize_whole(self, texts: Sequence[str]) -> str:
+        self.calls.append(("whole", tuple(texts)))
+        return await self._inner.summarize_whole(texts)
+
+
+def _leaves_under(engine: Engine, channel: ChannelKey, node_id: str) -> list[str]:
+    """The texts of the leaves beneath a node, in tree order."""
+    view = engine.node(channel, node_id)
+    if view.node.layer == 0:
+        return [view.node.text]
+    return [text for child in view.children for text in _leaves_under(engine, channel, child.id)]
+
+
+def test_offline_summaries_read_the_leaves_beneath_and_the_root_covers_more(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    counter = embedder.token_counter()
+    recording = RecordingSummarizer(counter, reads_leaves=True)
+    engine = Engine(store, embedder, counter, recording, make_engine(store, embedder)._answerer)
+    engine.ingest_file(channel, SAMPLE)
+    report = build(engine, channel)
+    assert max(report.nodes_per_layer) >= 2  # there are summaries of summaries to check
+    root = engine.top_nodes(channel, 1)[0]
+    under_root = _leaves_under(engine, channel, root.id)
+    assert [kind for kind, _ in recording.calls].count("whole") == 1  # one source: one root
+    assert ("whole", tuple(under_root)) in recording.calls  # the root read every leaf of the document
+    leaf_texts = set(under_root)
+    assert all(set(texts) <= leaf_texts for _, texts in recording.calls)  # never a summary's text
+    for layer in range(2, max(report.nodes_per_layer)):
+        for node in engine.store.channel(channel).list_layer(report.version, layer, 100):
+            assert ("part", tuple(_leaves_under(engine, channel, node.id))) in recording.calls
+    assert 130 < root.tokens <= 3 * 130  # a root may hold up to three summaries' worth
+
+
+def test_a_summariser_that_reads_members_gets_the_summaries_below(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    """A language model keeps the paper's way: each summary is made from its members' texts."""
+    counter = embedder.token_counter()
+    recording = RecordingSummarizer(counter, reads_leaves=False)
+    engine = Engine(store, embedder, counter, recording, make_engine(store, embedder)._answerer)
+    engine.ingest_file(channel, SAMPLE)
+    build(engine, channel)
+    root = engine.node(channel, engine.top_nodes(channel, 1)[0].id)
+    assert all(kind == "part" for kind, _ in recording.calls)
+    assert ("part", tuple(child.text for child in root.children)) in recording.calls
+    assert root.node.tokens <= 130
+
+
 def test_single_sentence_channel_gets_a_valid_tree(engine: Engine, channel: ChannelKey) -> None:
     engine.ingest(channel, Document("Our office is closed on public holidays.", "note"))
     report = build(engine, channel)
@@ -267,11 +326,20 @@ def test_a_failed_build_keeps_the_summaries_it_paid_for(store, embedder, channel
         """A model endpoint that fails the one call mixing both sources (the channel's root)."""
 
         identity = inner.identity
+        reads_leaves = inner.reads_leaves
 
         async def summarize(self, texts: Sequence[str]) -> str:
+            self._fail_on_both(texts)
+            return await inner.summarize(texts)
+
+        async def summarize_whole(self, texts: Sequence[str]) -> str:
+            self._fail_on_both(texts)
+            return await inner.summarize_whole(texts)
+
+        @staticmethod
+        def _fail_on_both(texts: Sequence[str]) -> None:
             if any("Tomatoes" in text for text in texts):
                 raise ProviderError("the model endpoint answered 500")
-            return await inner.summarize(texts)
 
     failing = Engine(store, embedder, embedder.token_counter(), FailsOnTheRoot(), engine._answerer)
     with pytest.raises(BuildError):

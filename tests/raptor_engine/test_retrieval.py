@@ -106,6 +106,7 @@ def test_collapsed_retrieval_follows_the_scope(engine: Engine, channel: ChannelK
     overview = engine.retrieve(channel, "What is this handbook about? Summarize its main points.", settings)
     summary_tokens = sum(h.node.tokens for h in overview if h.node.layer > 0)
     assert overview[0].node.layer > 0 and summary_tokens >= 0.5 * sum(h.node.tokens for h in overview)
+    assert overview[0].node.id == engine.top_nodes(channel, 1)[0].id  # the root, a summary of the whole, first
     detail = engine.retrieve(channel, "What happens if a page is not acknowledged within ten minutes?", settings)
     assert all(h.node.layer == 0 for h in detail)
     assert "escalates" in " ".join(h.node.text for h in detail[:3]) or "secondary" in detail[0].node.text

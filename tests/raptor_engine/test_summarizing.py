@@ -165,6 +165,16 @@ def test_the_identity_names_the_new_selector_and_the_budget(counter: TokenCounte
     assert identity != ExtractiveSummarizer(counter, 78).identity
 
 
+def test_a_whole_document_summary_has_three_times_the_budget(counter: TokenCounter) -> None:
+    chunks = _handbook_chunks(counter)
+    summarizer = ExtractiveSummarizer(counter, 60)
+    part = summarizer.summarize_now(chunks)
+    whole = asyncio.run(summarizer.summarize_whole(chunks))
+    assert counter.count(part) <= 60 < counter.count(whole) <= 3 * 60
+    assert member_recall(whole, chunks)[0] > member_recall(part, chunks)[0]
+    assert whole == asyncio.run(summarizer.summarize_whole(chunks))  # deterministic too
+
+
 def test_thirty_members_summarise_in_milliseconds(counter: TokenCounter) -> None:
     chunks = (_handbook_chunks(counter) * 5)[:30]
     chunks = [f"{chunk} Item {i} closes the section." for i, chunk in enumerate(chunks)]  # distinct members

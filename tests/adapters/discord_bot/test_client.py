@@ -173,11 +173,14 @@ def test_slash_commands_buttons_and_votes_end_to_end(engine: Engine, tmp_path: P
         node_id = node_buttons[0].removeprefix("raptor:node:")
         assert f"node `{node_id}`" in "\n".join(f["value"] for f in summaries)
         opened = await fake.click(answer, world.alice, node_buttons[0])
-        (shown,) = await world.replies(opened)
+        shown, *_ = await world.replies(opened)
         assert opened.callback_type == 5 and is_ephemeral(shown)
-        assert shown["content"].startswith(f"Summary (layer 1) {node_id}")
-        child = re.search(r"^  (\S+) · excerpt · ", shown["content"], re.MULTILINE)
-        assert child, shown["content"]
+        assert re.match(rf"Summary \(layer \d+\) {node_id} ", shown["content"]), shown["content"]
+        # A long summary (a root) continues in further messages; its children come last.
+        listed = re.compile(r"^  (\S+) · (?:excerpt|summary \(layer \d+\)) · ", re.MULTILINE)
+        await fake.wait_for(lambda: any(listed.search(m["content"]) for m in opened.messages))
+        child = listed.search("\n".join(m["content"] for m in opened.messages).split("Summarises (")[-1])
+        assert child and all(is_ephemeral(m) for m in opened.messages)
 
         # 👍 by Alice and 👎 by Mod are stored with the answer.
         answer_id = custom_ids(answer)[-1].rsplit(":", 1)[1]
@@ -193,8 +196,18 @@ def test_slash_commands_buttons_and_votes_end_to_end(engine: Engine, tmp_path: P
         )
         assert record.votes == {world.alice["user"]["id"]: 1, world.mod["user"]["id"]: -1}
 
-        node = await world.slash("general", "node", {"node_id": child.group(1)})
-        assert (await world.replies(node))[0]["content"].startswith(f"Excerpt {child.group(1)}")
+        # `/raptor node` opens the summary's children, down to an excerpt (a root's are summaries).
+        below = child.group(1)
+        for _ in range(5):
+            node = await world.slash("general", "node", {"node_id": below})
+            content = (await world.replies(node))[0]["content"]
+            if content.startswith(f"Excerpt {below}"):
+                break
+            assert content.startswith("Summary (layer"), content
+            await fake.wait_for(lambda: any(listed.search(m["content"]) for m in node.messages))
+            children = "\n".join(m["content"] for m in node.messages).split("Summarises (")[-1]
+            below = listed.search(children).group(1)  # type: ignore[union-attr]
+        assert content.startswith(f"Excerpt {below}"), content
 
         tree = await world.slash("general", "tree")
         await world.replies(tree)

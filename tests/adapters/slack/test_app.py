@@ -426,7 +426,7 @@ def test_summary_buttons_and_votes(built_engine: Engine, tmp_path: Path, mode: s
         assert delivery.status == 200 and delivery.seconds < ACK_LIMIT_S
         await slack.wait_until(lambda: len(slack.posts(channel, asked["ts"])) == 2, what="the node")
         shown = slack.posts(channel, asked["ts"])[1]["text"]
-        assert shown.startswith(f"Summary (layer 1) {node_id}") and "Summarises (" in shown
+        assert re.match(rf"Summary \(layer \d+\) {node_id} ", shown) and "Summarises (" in shown, shown
 
         [feedback] = [b for b in answer["blocks"] if b["type"] == "actions"]
         answer_id = feedback["elements"][0]["value"]
