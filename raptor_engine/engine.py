@@ -373,6 +373,9 @@ class Engine:
                 started = time.perf_counter()
                 state = await asyncio.to_thread(self._publish, key, channel, version, sources, built)
                 stages["store"] = time.perf_counter() - started
+                started = time.perf_counter()
+                await asyncio.to_thread(self._warm_indexes, key, channel)
+                stages["index"] = time.perf_counter() - started
             except SpendingLimitReached as exc:
                 channel.drop_stale_trees()
                 raise SpendingLimitReached(
@@ -572,6 +575,17 @@ class Engine:
             while len(self._lexicons) > LEXICAL_CACHE_SIZE:
                 self._lexicons.popitem(last=False)
         return built
+
+    def _warm_indexes(self, key: ChannelKey, channel: ChannelStore) -> None:
+        """Builds the served tree's BM25 index and summary map now, so the first question after
+        a rebuild does not wait for them. The tree is already served: a store failure here only
+        leaves them to be built on first use."""
+        try:
+            state = channel.live_state()
+            if state is not None:
+                self._indexes(key, channel, state)
+        except StoreError as exc:
+            log.warning("channel %s: the new tree's indexes will be built on first use: %s", key, exc)
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used.

@@ -301,13 +301,13 @@ def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: flo
         tokens = cost(hit.node)
         if hit.node.id in seen_ids or used + tokens > budget:
             continue
-        sentences = _sentence_set(hit.node.text)
-        repeated = len(sentences & seen_sentences)
-        if max_overlap is not None and hit.node.layer > 0 and repeated > max_overlap * len(sentences):
-            continue
+        if max_overlap is not None:  # splitting sentences costs: only when overlap is checked
+            sentences = _sentence_set(hit.node.text)
+            if hit.node.layer > 0 and len(sentences & seen_sentences) > max_overlap * len(sentences):
+                continue
+            seen_sentences |= sentences
         chosen.append(hit)
         seen_ids.add(hit.node.id)
-        seen_sentences |= sentences
         used += tokens
         if len(chosen) >= top_k:
             break

@@ -592,9 +592,10 @@ class ChannelStore:
                 ids = collection.get(ids=list(ids), include=[])["ids"]
                 if not ids:
                     return []
+            # Chroma returns what it has when asked for more: no count() round trip to clamp n.
             got = collection.query(
                 query_embeddings=[vector],
-                n_results=min(n, collection.count()) or 1,
+                n_results=min(n, len(ids)) if ids is not None else n,
                 where=where,
                 ids=list(ids) if ids is not None else None,
                 include=["documents", "metadatas", "distances"],

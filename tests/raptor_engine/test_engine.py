@@ -34,8 +34,10 @@ def test_sample_builds_layers_and_a_root(engine: Engine, channel: ChannelKey) ->
     assert layers[0] == result.leaves
     assert max(layers) >= 1 and layers[max(layers)] == 1  # a single root on top
     assert report.leaves_reused == result.leaves and report.leaves_embedded == 0
-    for stage in ("load", "cluster", "summarise", "store"):
+    for stage in ("load", "cluster", "summarise", "store", "index"):
         assert stage in report.stage_seconds
+    # The new tree's BM25 index and summary map were built with it: the first question finds them.
+    assert any(cached[0] == channel and cached[1] == report.version for cached in engine._lexicons)
 
 
 def test_every_summary_is_traceable_to_leaves_and_its_source(engine: Engine, channel: ChannelKey) -> None:
