@@ -145,3 +145,22 @@ def test_config_points_the_cli_at_a_chroma_server(tmp_path: Path, chroma_server:
     code, out = run(*common, "ask", "--channel", channel, "Who may roll back a deployment?")
     assert code == 0 and "[1]" in out
     assert not (tmp_path / "data").exists()  # nothing was written to an embedded store
+
+
+def test_the_configured_summary_length_bounds_an_overview_answer(tmp_path: Path) -> None:
+    """``retrieval.summary_chars`` reaches the offline answerer: the summary leading an overview
+    answer is cut to it (the root summary itself is several times longer)."""
+    data = str(tmp_path / "data")
+    assert run("--data-dir", data, "ingest", "--channel", "c", str(SAMPLE))[0] == 0
+    assert run("--data-dir", data, "rebuild", "--channel", "c")[0] == 0
+    question = "What is this handbook about? Summarize its main points."
+    lengths = {}
+    for chars in (120, 900):
+        config = tmp_path / f"summary-{chars}.yaml"
+        config.write_text(f"retrieval:\n  summary_chars: {chars}\n")
+        code, out = run("--config", str(config), "--data-dir", data, "ask", "--channel", "c", question)
+        assert code == 0 and "summary, layer" in out, out
+        lead = out.split("\n\n")[0].rsplit(" [1]", 1)[0]
+        assert len(lead) <= chars
+        lengths[chars] = len(lead)
+    assert lengths[120] < lengths[900]
