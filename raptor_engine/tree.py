@@ -217,7 +217,7 @@ class TreeBuilder:
         identity = self._summarizer.identity + ("/whole" if whole else "")
         keys = [summary_key(identity, texts) for texts in inputs]
         with run.clock.timing("summarise"):
-            cached = await asyncio.to_thread(run.cache.get, keys)
+            cached = await run.cached(keys)
             layer = 1 + max(node.layer for node in members[0])
             texts = await self._summaries(inputs, keys, cached, run, (number, layer), whole)
 
@@ -311,10 +311,23 @@ class _Run:
     cpu: asyncio.Lock
     clock: _StageClock
     unsaved: list[tuple[tuple[str, str, tuple[str, ...]], np.ndarray]] = field(default_factory=list)
+    made: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # this build's new summaries
+
+    async def cached(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
+        """The summaries of ``keys`` made earlier in this build or found in the cache.
+
+        A summary can be asked for twice in one build: a cluster of one summary covers the
+        same leaves as that summary, so a summariser reading leaves gives both one key."""
+        known = {key: self.made[key] for key in keys if key in self.made}
+        rest = [key for key in keys if key not in known]
+        return known | (await asyncio.to_thread(self.cache.get, rest) if rest else {})
 
     async def keep(self, entries: Sequence[tuple[str, str, tuple[str, ...]]], vectors: np.ndarray) -> None:
-        """Queues new summaries for the cache; writes them once enough have gathered."""
-        self.unsaved.extend(zip(entries, vectors))
+        """Queues new summaries for the cache, each key once; writes them once enough have gathered."""
+        for entry, vector in zip(entries, vectors):
+            if entry[0] not in self.made:
+                self.made[entry[0]] = (entry[1], vector)
+                self.unsaved.append((entry, vector))
         if len(self.unsaved) >= CACHE_WRITE_BATCH:
             await self.flush()
 
