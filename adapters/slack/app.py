@@ -45,6 +45,8 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.logger import get_bolt_logger
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
@@ -415,10 +417,26 @@ class SlackAdapter:
 # -- the bolt app ------------------------------------------------------------------------
 
 
+class _ClientTokenNotice(logging.Filter):
+    """Drops bolt's warning that a token is unused because a client was given.
+
+    bolt reads ``SLACK_BOT_TOKEN`` from the environment whenever no token is
+    passed, and warns when a client is passed too; the adapter passes its own
+    client, built with the configured token, so with the usual environment
+    variable set every start would log a warning about nothing.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
 def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
     """The ``AsyncApp`` with the adapter's middleware and listeners. HTTP mode verifies
     request signatures with the configured secret; Socket Mode needs none."""
     http = config.mode == "http"
+    bolt_log = get_bolt_logger(AsyncApp)
+    if not any(isinstance(f, _ClientTokenNotice) for f in bolt_log.filters):
+        bolt_log.addFilter(_ClientTokenNotice())
     app = AsyncApp(
         name="raptor",
         client=adapter.client,

@@ -190,6 +190,22 @@ def test_mentions_follow_ups_and_direct_messages(engine: Engine, tmp_path: Path,
     run(engine, tmp_path, mode, body)
 
 
+def test_no_warning_at_start_when_the_token_is_also_in_the_environment(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``SLACK_BOT_TOKEN`` is the usual way to pass the token; bolt then warns that it is unused
+    beside the adapter's client, which already carries the configured token."""
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-from-the-environment")
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+        await share_sample(slack)
+        await settle(running, bot)
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, "socket", body)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_retried_event_is_answered_once(engine: Engine, tmp_path: Path, mode: str) -> None:
     async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
