@@ -9,17 +9,29 @@ Adapters receive a started :class:`Bot` and talk to ``bot.handler`` only::
 
 :func:`run_until_signalled` is for entry points: it runs a coroutine until it
 ends or SIGTERM/SIGINT arrives, and then cancels it, so its ``finally``
-blocks (which stop the bot) run.
+blocks (which stop the bot) run. After a signal it also ends the process
+itself, within ``STOP_DEADLINE_S``: it lets work already running in worker
+threads (an upload being stored, a question being answered) finish for
+``THREADS_GRACE_S``, kills the clustering worker and exits without Python's
+own clean-up. That clean-up would wait for every thread, however long (the
+model being loaded, a rebuild's embedding batch), and then spend seconds
+freeing torch's objects: on a loaded machine more than a container's grace
+period, after which it is killed anyway. What is cut off is cut off as a kill
+would cut it: a rebuild leaves the previous tree serving and resumes at the
+next start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from bot.config import Config
 from bot.handler import ChatHandler
@@ -30,6 +42,10 @@ from raptor_engine.types import ChannelKey, Source
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+STOP_DEADLINE_S = 3.0  # after SIGTERM/SIGINT the process ends then at the latest, clean-up finished or not
+THREADS_GRACE_S = 2.0  # after the signal, work running in worker threads may finish until then
+FLUSH_WITHIN_S = 0.5  # how long ending the process waits for logs and output to be written
 
 
 class Bot:
@@ -70,21 +86,30 @@ async def open_bot(config: Config) -> Bot:
     return Bot(config, engine)
 
 
-async def run_until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
+async def run_until_signalled(main: Coroutine[Any, Any, T], exit_process: bool = True) -> T | None:
     """Runs ``main`` until it returns, or until SIGTERM or SIGINT cancels it (then None).
 
     Cancelling lets ``main``'s ``finally`` blocks stop the bot cleanly; a second
     signal while that happens is ignored rather than interrupting the clean-up.
+
+    With ``exit_process`` (for entry points), a signal also ends the process with
+    status 0: at once when ``main`` has finished, or ``STOP_DEADLINE_S`` after the
+    signal if its clean-up is still running then (logged). It never returns then.
     """
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(main)
     signals = (signal.SIGTERM, signal.SIGINT)
+    signalled_at: float | None = None
 
     def on_signal(signum: int) -> None:
+        nonlocal signalled_at
         if task.cancelling():
             log.info("received %s again; still stopping", signal.Signals(signum).name)
             return
         log.info("received %s; stopping", signal.Signals(signum).name)
+        signalled_at = time.monotonic()
+        if exit_process:
+            _end_process_after(STOP_DEADLINE_S)
         task.cancel()
 
     installed = []
@@ -97,14 +122,28 @@ async def run_until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
             # raises KeyboardInterrupt as usual.
             log.debug("cannot install a handler for %s", signum)
     try:
-        return await task
+        result = await task
     except asyncio.CancelledError:
-        if task.cancelled() and not _current_task_cancelling():
-            return None  # stopped by a signal
-        raise
+        if not task.cancelled() or _current_task_cancelling():
+            raise
+        result = None  # stopped by a signal
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+    if signalled_at is not None and exit_process:
+        await _let_threads_finish(signalled_at + THREADS_GRACE_S)
+        end_process(0)
+    return result
+
+
+async def _let_threads_finish(until: float) -> None:
+    """Waits until the monotonic time ``until`` at most for the work running in the loop's
+    worker threads (``asyncio.to_thread``): an upload being stored should be stored."""
+    remaining = until - time.monotonic()
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), max(remaining, 0.0))
+    except TimeoutError:
+        log.warning("work still running %.1f s after the signal is cut off", THREADS_GRACE_S)
 
 
 def _current_task_cancelling() -> bool:
@@ -113,13 +152,65 @@ def _current_task_cancelling() -> bool:
     return current is not None and current.cancelling() > 0
 
 
+def end_process(status: int) -> NoReturn:
+    """Ends this process now, without Python's clean-up: kills the clustering worker,
+    writes out logs and output (waiting at most ``FLUSH_WITHIN_S``), then ``os._exit``.
+
+    For a process that has stopped what matters (see the module docstring); threads
+    still running are cut off as a kill would cut them off.
+    """
+    worker = sys.modules.get("raptor_engine.cluster_worker")  # not imported: no worker was started
+    if worker is not None:
+        worker.stop()
+    _run_multiprocessing_finalizers()
+    # In a thread: a stream lock held by a thread that will never run again must not
+    # keep the process alive.
+    flushing = threading.Thread(target=_flush_output, name="flush-at-exit", daemon=True)
+    flushing.start()
+    flushing.join(FLUSH_WITHIN_S)
+    os._exit(status)
+
+
+def _run_multiprocessing_finalizers() -> None:
+    """What multiprocessing's own exit does first: unlink the semaphores of the worker's
+    queues, which would otherwise make its resource tracker warn of leaked ones."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    run_finalizers = getattr(mp_util, "_run_finalizers", None)
+    if run_finalizers is None:  # never imported (no worker), or another Python: only a warning is at stake
+        return
+    try:
+        run_finalizers(0)  # priority 0 and up: semaphores and queue closing, no joins
+    except Exception:
+        log.debug("multiprocessing's finalizers failed at exit", exc_info=True)
+
+
+def _flush_output() -> None:
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe: nothing more can be written
+            pass
+
+
+def _end_process_after(seconds: float) -> None:
+    """Ends the process ``seconds`` from now (status 0), unless it has ended by then."""
+
+    def deadline() -> None:
+        time.sleep(seconds)
+        log.warning("still stopping %.1f s after the signal; ending the process now", seconds)
+        end_process(0)
+
+    threading.Thread(target=deadline, name="stop-deadline", daemon=True).start()
+
+
 def _warm_up_clustering() -> None:
     """Starts the clustering worker process and compiles UMAP in it; a failure only costs
     the first rebuild time."""
     try:
         from raptor_engine.cluster_worker import warm_up
 
-        warm_up()
-        log.info("UMAP is compiled and ready")
+        if warm_up():
+            log.info("UMAP is compiled and ready")
     except Exception:
         log.warning("warming up UMAP failed; the first rebuild will compile it", exc_info=True)
