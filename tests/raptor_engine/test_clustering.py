@@ -167,6 +167,8 @@ def test_small_inputs_skip_umap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
     points, _ = _blobs(12, 3, seed=5)
     cluster_rows(points, np.full(12, 100))
+    assert calls == []  # up to ClusteringSettings.small_input_rows, exact PCA instead of UMAP
+    cluster_rows(points, np.full(12, 100), ClusteringSettings(small_input_rows=0))
     assert calls and calls[0] == 12
 
 
