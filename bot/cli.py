@@ -86,9 +86,10 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
     args = build_parser().parse_args(argv)
     if args.command is None:
         args.command, args.channel = CHAT, None
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging("WARNING", args.verbose)  # until the configuration is read
     try:
         config = load_config(args.config)
+        configure_logging(config.log_level, args.verbose)
         if args.data_dir is not None:
             config = config.model_copy(update={"data_dir": args.data_dir})
         return _run(args, config, stdin, stdout)
@@ -98,6 +99,24 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# Libraries whose DEBUG output is a flood that also slows them down (numba logs every
+# step of every compile): they stay at INFO when the bot logs at DEBUG.
+_CHATTY_LIBRARIES = ("numba", "urllib3", "httpcore", "PIL", "matplotlib", "filelock", "fsspec")
+
+
+def configure_logging(level: str, verbose: bool) -> None:
+    """Logs at ``level`` (the configuration's ``log_level``), or at INFO where ``-v`` asks for
+    more. Python warnings go through logging too, so that they follow the same level and format."""
+    threshold = logging.getLevelName(level)
+    if verbose:
+        threshold = min(threshold, logging.INFO)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(threshold)
+    for name in _CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(max(threshold, logging.INFO))
+    logging.captureWarnings(True)
 
 
 def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:

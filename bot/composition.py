@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import weakref
+from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import Config
+from bot.data_lock import DataLock, lock_data_dir
 from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.metering import SpendingLimits
+from raptor_engine.numba_cache import use_cache_dir
 from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import RetrievalSettings
@@ -51,20 +55,69 @@ def engine_settings(config: Config) -> EngineSettings:
 
 def open_store(config: Config) -> ChromaStore:
     """The Chroma server if one is configured (signed in as ``chroma`` says), else Chroma
-    embedded under ``data_dir``. Credentials are never logged, only how they are sent."""
+    embedded under ``data_dir``. Credentials are never logged, only how they are sent.
+
+    The embedded store is one process's alone: it is opened only under the data
+    directory's lock (see :mod:`bot.data_lock`), held as long as the returned store
+    lives. Raises ``DataDirInUse`` naming the process that holds it; nothing is written
+    then. A server takes no lock: several processes may share it."""
     chroma = config.chroma
+    log.info("store: %s", describe_store(config))
     if chroma.host:
-        signed_in = ("with a token" if chroma.token.get_secret_value()
-                     else "as " + chroma.username if chroma.username else "without credentials")
-        log.info("using the Chroma server at %s:%d (tenant %s, database %s), %s",
-                 chroma.host, chroma.port, chroma.tenant, chroma.database, signed_in)
         return ChromaStore.remote(
             chroma.host, chroma.port, chroma.ssl,
             token=chroma.token.get_secret_value(), token_header=chroma.token_header,
             username=chroma.username, password=chroma.password.get_secret_value(),
             tenant=chroma.tenant, database=chroma.database,
         )
-    return ChromaStore.embedded(config.data_dir / "chroma")
+    lock = lock_data_dir(config.data_dir)
+    store = ChromaStore.embedded(config.data_dir / "chroma")
+    # The finalizer's reference keeps the lock as long as the store lives (the lock is
+    # shared by every store of this directory in the process, so it is not released here).
+    weakref.finalize(store, _let_go, lock)
+    return store
+
+
+def _let_go(lock: DataLock) -> None:
+    """Drops a store's reference to its lock (the last one gone releases it)."""
+
+
+def describe_store(config: Config) -> str:
+    """Which store is used, for the start-up log line; never a credential."""
+    chroma = config.chroma
+    if not chroma.host:
+        return f"Chroma embedded in {config.data_dir.resolve() / 'chroma'}"
+    signed_in = ("with a token" if chroma.token.get_secret_value()
+                 else "as " + chroma.username if chroma.username else "without credentials")
+    scheme = "https" if chroma.ssl else "http"
+    return (f"the Chroma server at {scheme}://{chroma.host}:{chroma.port} (tenant {chroma.tenant}, "
+            f"database {chroma.database}), {signed_in}")
+
+
+def describe_models(config: Config) -> str:
+    """Which embedding model and language model are used, for the start-up log line."""
+    llm = config.llm
+    endpoint = public_url(llm.base_url) if llm.base_url else ""
+    if config.embedder.provider == "api" and llm.base_url:
+        embedding = f"{config.embedder.model} from {endpoint}"
+    else:
+        embedding = config.embedder.model or "all-MiniLM-L6-v2 (packaged)"
+    language = (f"{llm.model} at {endpoint}" if llm.base_url
+                else "offline (extractive summaries and answers)")
+    return f"embeddings: {embedding}; language model: {language}"
+
+
+def public_url(url: str) -> str:
+    """``url`` without what may be secret: user name, password, query and fragment."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:  # not a number: the endpoint fails later with its own message
+        port = None
+    if port is not None:
+        host = f"{host}:{port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def llm_settings(config: Config) -> LLMSettings:
@@ -88,7 +141,11 @@ def build_engine(config: Config) -> Engine:
     language model summarising and answering where ``llm.base_url`` is set, and
     embedding through its API where ``embedder.provider`` is ``api``."""
     settings = engine_settings(config)
+    log.info("%s", describe_models(config))
     store = open_store(config)
+    # After the data directory's lock (nothing is written without it), before anything
+    # imports numba; the clustering worker process inherits the setting.
+    use_cache_dir(config.data_dir)
     llm = llm_settings(config) if config.llm.base_url else None
     client = LLMClient(llm) if llm else None
     embedder: Embedder
@@ -103,7 +160,6 @@ def build_engine(config: Config) -> Engine:
         answering = ExtractiveSettings(summary_chars=config.retrieval.summary_chars)
         answerer: Answerer = ExtractiveAnswerer(embedder, answering)
     else:
-        log.info("summaries and answers from %s (model %s)", llm.base_url, llm.model)
         summarizer = LLMSummarizer(client, counter, llm)
         answerer = LLMAnswerer(client, llm)
     return Engine(store, embedder, counter, summarizer, answerer, settings)

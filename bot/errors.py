@@ -1,13 +1,16 @@
 """The errors raised by ``bot``, as one tree::
 
     BotError
-    └── ConfigError   the configuration file or environment is invalid
+    ├── ConfigError   the configuration file or environment is invalid
+    └── DataDirInUse  another living process holds the embedded data directory
 
 Engine errors (``raptor_engine.errors.RaptorError``) pass through unchanged:
 they are already written for the person who caused them.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class BotError(Exception):
@@ -16,6 +19,19 @@ class BotError(Exception):
 
 class ConfigError(BotError):
     """The configuration is invalid; the message names the key path and the problem."""
+
+
+class DataDirInUse(BotError):
+    """Another process holds the embedded data directory's lock; nothing was written.
+    ``holder`` describes it ("process 1234 (python -m bot chat)")."""
+
+    def __init__(self, directory: Path, holder: str) -> None:
+        self.directory = directory
+        self.holder = holder
+        super().__init__(
+            f"The data directory {directory} is in use by {holder}. Use that process, "
+            "or a Chroma server (chroma.host in the configuration) to run several processes."
+        )
 
 
 _CEILING_KEYS = {"calls": "llm.max_calls_per_rebuild", "tokens": "llm.max_tokens_per_rebuild"}

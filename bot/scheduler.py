@@ -125,8 +125,10 @@ class RebuildScheduler:
     async def start(self) -> None:
         """Starts the APScheduler on the running loop, adds a job for every known channel
         (engine.channels()), and resumes rebuilds requested before a restart (a note
-        'rebuild_requested' left in the store). Raises ``RuntimeError`` if already started,
-        ``StoreError`` if the store cannot list its channels."""
+        'rebuild_requested' left in the store) of the channels whose schedule is enabled here:
+        a replica without the schedule leaves them to the process that has it, so they resume
+        in one process only. Raises ``RuntimeError`` if already started, ``StoreError`` if the
+        store cannot list its channels."""
         if self._scheduler is not None:
             raise RuntimeError("the rebuild scheduler is already started")
         keys = await asyncio.to_thread(self._engine.channels)
@@ -277,7 +279,13 @@ class RebuildScheduler:
         )
 
     async def _resume(self, key: ChannelKey) -> None:
-        """Restarts a manual rebuild whose note survived a restart (its requester cannot be told)."""
+        """Restarts a manual rebuild whose note survived a restart (its requester cannot be told),
+        if the channel's schedule is enabled in this process."""
+        if not self._schedule_of(key).enabled:
+            # Every replica of a server-backed bot starts here: only the one running the
+            # schedule may resume, or each would build the channel at once.
+            log.debug("channel %s: schedule disabled, a pending rebuild is left to the process that runs it", key)
+            return
         state = self._state(key)
         if state.task is not None:
             return  # a request made before start() already covers it
