@@ -377,14 +377,14 @@ class Engine:
                 await asyncio.to_thread(self._warm_indexes, key, channel)
                 stages["index"] = time.perf_counter() - started
             except SpendingLimitReached as exc:
-                channel.drop_stale_trees()
+                channel.discard_tree(version)
                 raise SpendingLimitReached(
                     f"the rebuild stopped before spending more, and the previous tree still answers: {exc}. "
                     f"The summaries already made are kept for the next rebuild.",
                     kind=exc.kind, limit=exc.limit, used=exc.used,
                 ) from None
             except ProviderError as exc:
-                channel.drop_stale_trees()
+                channel.discard_tree(version)
                 raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
         usage = meter.usage()
         log.info("channel %s: built tree v%d %s (%d model calls)", key, version, state.nodes_per_layer, usage.calls)
@@ -479,11 +479,26 @@ class Engine:
                 source_ids=tuple(s.id for s in sources),
                 nodes_per_layer=built.nodes_per_layer(),
             )
-            channel.switch_to(state)
+            if not channel.switch_to(state):
+                # Another build's newer tree got served meanwhile: it stays; this one goes.
+                channel.discard_tree(version)
+                return channel.live_state() or state
             channel.prune_summaries(self._summary_profile, built.used_keys)
+        except BaseException:
+            self._discard_quietly(key, channel, version)
+            raise
         finally:
             self._purge_forgotten(key, channel, [s.id for s in sources])
         return state
+
+    @staticmethod
+    def _discard_quietly(key: ChannelKey, channel: ChannelStore, version: int) -> None:
+        """Frees an unserved tree of a failed publish; a store failure here only leaves it
+        to be written over by the next build."""
+        try:
+            channel.discard_tree(version)
+        except StoreError as exc:
+            log.warning("channel %s: could not free the unfinished tree v%d: %s", key, version, exc)
 
     # -- answers and feedback ---------------------------------------------------
 

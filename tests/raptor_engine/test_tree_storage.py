@@ -1,0 +1,260 @@
+"""Trees in the store over months: bounded storage, durability across a kill, a served tree
+that never goes missing. Against embedded Chroma and a real `chroma run` server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raptor_engine.errors import StoreError
+from raptor_engine.store import TREE_SLOTS, ChannelStore, ChromaStore, TreeState
+from raptor_engine.types import ChannelKey, Node
+from tests.conftest import REPO, start_chroma_server
+
+DIM = 32
+
+
+def _tree(source_id: str, leaves: int, seed: int) -> tuple[list[Node], np.ndarray]:
+    """A two-layer tree: ``leaves`` leaves under one summary."""
+    nodes = [Node(f"{source_id[:12]}.{i}", 0, f"leaf {i} of {seed}", 3, parents=("s1.root",),
+                  source_ids=(source_id,), ordinal=i) for i in range(leaves)]
+    nodes.append(Node("s1.root", 1, f"summary {seed}", 2, children=tuple(n.id for n in nodes), source_ids=(source_id,)))
+    rows = np.random.default_rng(seed).normal(size=(len(nodes), DIM)).astype(np.float32)
+    return nodes, rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _state(version: int, nodes: list[Node], source_id: str) -> TreeState:
+    layers = {0: sum(1 for n in nodes if n.layer == 0), 1: sum(1 for n in nodes if n.layer == 1)}
+    return TreeState(version, "now", "m", (source_id,), layers)
+
+
+def _build(store: ChannelStore, source_id: str, leaves: int, seed: int) -> tuple[list[Node], np.ndarray]:
+    version = store.next_version()
+    nodes, vectors = _tree(source_id, leaves, seed)
+    store.write_tree(version, nodes, vectors)
+    assert store.switch_to(_state(version, nodes, source_id))
+    return nodes, vectors
+
+
+def _du(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def test_rebuilds_reuse_storage(any_store: ChromaStore, channel: ChannelKey, tmp_path: Path) -> None:
+    store = any_store.channel(channel)
+    collections = None
+    for seed in range(40):
+        _build(store, "a" * 64, 40 + seed % 7, seed)  # trees of changing size
+        if seed == 3:
+            collections = len(any_store._client.list_collections())
+            first = _du(tmp_path / "chroma") if (tmp_path / "chroma").exists() else None
+    assert len(any_store._client.list_collections()) == collections  # no collection per version
+    records = store._pool().get(include=[])["ids"]
+    assert len(records) <= TREE_SLOTS * 47
+    if first is not None:  # embedded: the data directory stays the size it had after a few builds
+        size, files = _du(tmp_path / "chroma")
+        assert files == first[1] and size < 1.5 * first[0]
+    state = store.live_state()
+    nodes, vectors = _tree("a" * 64, 40 + 39 % 7, 39)
+    assert state.version == 40
+    assert store.query_tree(40, vectors[0], 1)[0].node.text == nodes[0].text
+
+
+def test_forgetting_leaves_no_text_and_space_is_reused(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    for seed in range(3):
+        _build(store, "b" * 64, 30, seed)
+    assert store.remove_source_from_trees("b" * 64) == 31
+    pool = store._pool().get(include=["documents", "metadatas"])
+    assert not any(pool["documents"]) and all(m["tree"].startswith("free") for m in pool["metadatas"])
+    assert not store._pool().get(where={"sources": {"$contains": "b" * 64}}, include=[])["ids"]
+    assert store.live_state().nodes_per_layer == {}
+    before = len(pool["ids"])
+    _build(store, "c" * 64, 30, 7)
+    assert len(store._pool().get(include=[])["ids"]) == before  # freed records are written over
+    assert {h.node.source_ids[0] for h in store.query_tree(store.live_state().version, _tree("c", 1, 7)[1][0], 50)} == {"c" * 64}
+
+
+def test_an_older_build_never_switches_back(any_store: ChromaStore, channel: ChannelKey) -> None:
+    slow, fast = any_store.channel(channel), any_store.channel(channel)  # two builders, as two processes
+    slow_version = slow.next_version()
+    slow_nodes, slow_vectors = _tree("d" * 64, 20, 1)
+    slow.write_tree(slow_version, slow_nodes, slow_vectors)
+    fast_nodes, fast_vectors = _build(fast, "e" * 64, 25, 2)  # began later, finished first
+    served = fast.live_state().version
+    assert served > slow_version
+    assert not slow.switch_to(_state(slow_version, slow_nodes, "d" * 64))
+    reader = any_store.channel(channel)
+    assert reader.live_state().version == served
+    hits = reader.query_tree(served, fast_vectors[0], 100)
+    assert len(hits) == 26 and {h.node.source_ids[0] for h in hits} == {"e" * 64}
+    newer = slow.next_version()  # the slow builder's next build is newer again, and is served
+    slow.write_tree(newer, slow_nodes, slow_vectors)
+    assert slow.switch_to(_state(newer, slow_nodes, "d" * 64))
+    assert {h.node.source_ids[0] for h in reader.query_tree(newer, slow_vectors[0], 100)} == {"d" * 64}
+
+
+def test_two_builders_of_one_version_never_mix(any_store: ChromaStore, channel: ChannelKey) -> None:
+    one, two = any_store.channel(channel), any_store.channel(channel)
+    version = one.next_version()
+    assert two.next_version() == version  # both looked before either wrote
+    one_nodes, one_vectors = _tree("j" * 64, 30, 1)
+    two_nodes, two_vectors = _tree("k" * 64, 20, 2)
+    one.write_tree(version, one_nodes, one_vectors)
+    two.write_tree(version, two_nodes, two_vectors)  # the same free slot, written over
+    with pytest.raises(StoreError, match="incomplete"):  # what is left of one's tree is not served
+        one.switch_to(_state(version, one_nodes, "j" * 64))
+    assert two.switch_to(_state(version, two_nodes, "k" * 64))
+    assert not one.switch_to(_state(version, one_nodes, "j" * 64))  # not newer than the served one
+    hits = any_store.channel(channel).query_tree(version, one_vectors[0], 100)
+    assert len(hits) == 21 and {h.node.source_ids[0] for h in hits} == {"k" * 64}
+
+
+def test_a_build_never_writes_over_a_tree_served_meanwhile(any_store: ChromaStore, channel: ChannelKey) -> None:
+    one, two = any_store.channel(channel), any_store.channel(channel)
+    _build(one, "f" * 64, 5, 1)
+    # Both builders chose the same free slot; the first to finish serves it, the other must not write on.
+    slot = two._free_slot()
+    two._free_slot = lambda: slot  # type: ignore[method-assign]  # as if chosen before one switched
+    _build(one, "f" * 64, 5, 3)
+    nodes, vectors = _tree("f" * 64, 5, 2)
+    with pytest.raises(StoreError, match="another rebuild"):
+        two.write_tree(two.next_version(), nodes, vectors)
+    state = one.live_state()
+    assert state.slot == slot and len(one.query_tree(state.version, vectors[0], 100)) == 6
+
+
+def test_an_incomplete_tree_is_never_served(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    _build(store, "g" * 64, 5, 1)
+    nodes, vectors = _tree("g" * 64, 8, 2)
+    store.write_tree(2, nodes[:-3], vectors[:-3])  # stopped half-way
+    with pytest.raises(StoreError, match="incomplete"):
+        store.switch_to(_state(2, nodes, "g" * 64))
+    assert store.live_state().version == 1
+
+
+def test_a_forget_between_write_and_switch_does_not_stop_the_switch(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    nodes, vectors = _tree("l" * 64, 5, 1)
+    nodes.append(Node("mmmmmmmmmmmm.0", 0, "other leaf", 2, source_ids=("m" * 64,)))
+    vectors = np.vstack([vectors, vectors[:1]])
+    store.write_tree(1, nodes, vectors)
+    store.remove_source_from_trees("m" * 64)  # a forget while the build finished
+    assert store.switch_to(TreeState(1, "now", "m", ("l" * 64,), {0: 6, 1: 1}))
+    assert store.live_state().nodes_per_layer == {0: 5, 1: 1}  # counts what is there
+    assert len(store.query_tree(1, vectors[0], 100)) == 6
+
+
+def test_a_missing_served_tree_heals_to_the_newest_complete(
+    any_store: ChromaStore, channel: ChannelKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = any_store.channel(channel)
+    _build(store, "h" * 64, 5, 1)
+    nodes, vectors = _build(store, "h" * 64, 6, 2)
+    # What issue 13 saw: the state names a tree (an older store's collection) that is gone.
+    store._collection("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
+        "version": 3, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 9}),
+        "slot": None, "tag": None, "previous": None}])
+    caplog.set_level(logging.WARNING, logger="raptor_engine.store")
+    fresh = any_store.channel(channel)
+    state = fresh.live_state()
+    assert state.version == 2 and state.nodes_per_layer == {0: 6, 1: 1} and state.source_ids == ("h" * 64,)
+    assert "v3 is missing; serving v2" in caplog.text
+    assert fresh.query_tree(2, vectors[0], 1)[0].node.text == nodes[0].text
+    assert any_store.channel(channel).live_state().version == 2  # healed in the store, not in memory
+
+
+def test_an_older_store_keeps_serving_and_moves_over(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    nodes, vectors = _tree("i" * 64, 4, 1)
+    # A tree as older stores kept it: a collection of its own, and a state without slot or tag.
+    legacy = any_store._client.create_collection(f"{store._prefix}-t1", embedding_function=None,
+                                                 configuration={"hnsw": {"space": "cosine"}})
+    from raptor_engine.store import node_metadata
+
+    legacy.add(ids=[n.id for n in nodes], documents=[n.text for n in nodes],
+               metadatas=[node_metadata(n) for n in nodes], embeddings=vectors)
+    store._collection("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
+        "version": 1, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 4, "1": 1}),
+        "sources": ["i" * 64]}])
+    reader = any_store.channel(channel)
+    assert reader.live_state().version == 1
+    assert reader.query_tree(1, vectors[0], 1)[0].node.text == nodes[0].text
+    assert [n.id for n in reader.get_nodes(1, ["s1.root"])] == ["s1.root"]
+    assert reader.next_version() == 2
+    _build(reader, "i" * 64, 4, 2)
+    assert reader.get_nodes(1, ["s1.root"])  # kept as the previous tree for readers in flight
+    _build(reader, "i" * 64, 4, 3)
+    assert f"{store._prefix}-t1" not in [c.name for c in any_store._client.list_collections()]
+    assert any_store.channel(channel).live_state().version == 3
+
+
+# -- durability across a kill --------------------------------------------------------
+
+_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    from raptor_engine.store import ChromaStore, TreeState
+    from raptor_engine.types import ChannelKey, Node
+    where = sys.argv[1]
+    store = (ChromaStore.remote("127.0.0.1", int(where)) if where.isdigit() else ChromaStore.embedded(__import__("pathlib").Path(where)))
+    channel = store.channel(ChannelKey("test", "w", sys.argv[2]))
+    nodes = [Node(f"n.{i}", 0, f"leaf {i}", 2, source_ids=("s" * 64,), ordinal=i) for i in range(250)]
+    rows = np.random.default_rng(5).normal(size=(250, 384)).astype(np.float32)
+    channel.write_tree(1, nodes, rows / np.linalg.norm(rows, axis=1, keepdims=True))
+    assert channel.switch_to(TreeState(1, "now", "m", ("s" * 64,), {0: 250}))
+    print("written", flush=True)
+    if not where.isdigit():
+        os.kill(os.getpid(), signal.SIGKILL)
+    signal.pause()
+""")
+
+
+def _assert_whole(store: ChromaStore, name: str) -> None:
+    channel = store.channel(ChannelKey("test", "w", name))
+    state = channel.live_state()
+    assert state is not None and state.nodes_per_layer == {0: 250}
+    rows = np.random.default_rng(5).normal(size=(250, 384)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    for i in range(250):  # every node is found through the index by its own vector
+        assert channel.query_tree(1, rows[i], 1)[0].node.id == f"n.{i}"
+
+
+def _write_then_kill(where: str, name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, where, name], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+    return writer
+
+
+def test_an_embedded_tree_written_then_killed_comes_back_whole(tmp_path: Path) -> None:
+    writer = _write_then_kill(str(tmp_path / "db"), "embedded")
+    assert writer.wait(timeout=30) == -signal.SIGKILL
+    _assert_whole(ChromaStore.embedded(tmp_path / "db"), "embedded")
+
+
+def test_a_server_killed_after_a_write_comes_back_whole(tmp_path: Path) -> None:
+    server, port = start_chroma_server(tmp_path / "db", tmp_path / "server.log")
+    try:
+        writer = _write_then_kill(str(port), "server")
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=15)
+        writer.kill()
+        writer.wait(timeout=15)
+        server, port = start_chroma_server(tmp_path / "db", tmp_path / "server2.log")
+        _assert_whole(ChromaStore.remote("127.0.0.1", port), "server")
+    finally:
+        server.kill()
+        server.wait(timeout=15)
