@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import weakref
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import Config
@@ -82,6 +84,15 @@ def _let_go(lock: DataLock) -> None:
     """Drops a store's reference to its lock (the last one gone releases it)."""
 
 
+def numba_home(config: Config) -> Path:
+    """Where numba's compiled kernels are kept (under it, ``numba-cache``): the data directory
+    of an embedded store; with a Chroma server, which leaves the data directory unused, the
+    user's cache directory (``$XDG_CACHE_HOME/raptor-chat``, by default ``~/.cache/raptor-chat``)."""
+    if not config.chroma.host:
+        return config.data_dir
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raptor-chat"
+
+
 def describe_store(config: Config) -> str:
     """Which store is used, for the start-up log line; never a credential."""
     chroma = config.chroma
@@ -145,7 +156,7 @@ def build_engine(config: Config) -> Engine:
     store = open_store(config)
     # After the data directory's lock (nothing is written without it), before anything
     # imports numba; the clustering worker process inherits the setting.
-    use_cache_dir(config.data_dir)
+    use_cache_dir(numba_home(config))
     llm = llm_settings(config) if config.llm.base_url else None
     client = LLMClient(llm) if llm else None
     embedder: Embedder
