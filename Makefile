@@ -40,6 +40,9 @@ bench: $(STAMP)
 	$(PY) -m bench.chat
 	$(PY) -m bench.slack_chat --mode both
 	$(PY) -m bench.discord_chat
+	$(PY) -m bench.summaries
+	$(PY) -m bench.cold
+	$(PY) -m bench.soak --minutes 15
 
 clean:
 	rm -rf $(VENV) .cache data
