@@ -411,15 +411,12 @@ def _cluster_pass(
         return [rows[c] for c in _small_clusters(points, tokens[rows], settings)]
 
     n_components = min(settings.reduction_dim, m - 2)
-    reduced = (
-        _exact_reduce(points, n_components)
-        if exact
-        else _reduce(
-            points,
-            n_neighbors=max(2, int(math.sqrt(m - 1))),
-            n_components=n_components,
-            settings=settings,
-        )
+    reduced = _reduce(
+        points,
+        n_neighbors=max(2, int(math.sqrt(m - 1))),
+        n_components=n_components,
+        settings=settings,
+        exact=exact,
     )
     global_clusters = _mixture_clusters(reduced, settings)
     if global_clusters is None:
@@ -455,15 +452,12 @@ def _local_clusters(
     if m <= settings.reduction_dim + 1:
         return whole
     n_components = min(settings.reduction_dim, m - 2)
-    reduced = (
-        _exact_reduce(points, n_components)
-        if exact
-        else _reduce(
-            points,
-            n_neighbors=max(2, min(settings.local_neighbors, m - 1)),
-            n_components=n_components,
-            settings=settings,
-        )
+    reduced = _reduce(
+        points,
+        n_neighbors=max(2, min(settings.local_neighbors, m - 1)),
+        n_components=n_components,
+        settings=settings,
+        exact=exact,
     )
     local = _mixture_clusters(reduced, settings)
     if local is None:
@@ -513,13 +507,17 @@ def _reduce(
     n_neighbors: int,
     n_components: int,
     settings: ClusteringSettings,
+    exact: bool = False,
 ) -> NDArray[np.float64]:
-    """Reduce ``points`` with UMAP; fall back to PCA when UMAP fails.
+    """Reduce ``points`` with UMAP; fall back to PCA when UMAP fails. With ``exact``
+    (small inputs), PCA alone (:func:`_exact_reduce`), never touching UMAP.
 
     Precondition: ``2 <= n_neighbors < len(points)`` and
     ``1 <= n_components < len(points) - 1``. Returns float64 (the mixtures are
     fitted in float64 for numerical headroom).
     """
+    if exact:
+        return _exact_reduce(points, n_components)
     try:
         reduced = _umap_reduce(
             points, n_neighbors, n_components, settings.seed, settings.umap_epochs

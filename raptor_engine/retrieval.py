@@ -96,20 +96,6 @@ class Retrieved:
     scope: Scope
 
 
-def retrieve(
-    store: ChannelStore,
-    state: TreeState | None,
-    pending: Sequence[str],
-    leaf_profile: str,
-    query: Query,
-    settings: RetrievalSettings,
-    lexical: LexicalIndex | None = None,
-    summaries: SummaryMap | None = None,
-) -> list[Hit]:
-    """The hits of :func:`retrieve_scoped`."""
-    return retrieve_scoped(store, state, pending, leaf_profile, query, settings, lexical, summaries).hits
-
-
 def retrieve_scoped(
     store: ChannelStore,
     state: TreeState | None,
