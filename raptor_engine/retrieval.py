@@ -35,10 +35,9 @@ holds anything about it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import re
 
 import numpy as np
 
