@@ -65,13 +65,17 @@ log = logging.getLogger(__name__)
 REGISTRY_COLLECTION = "rc-channels"
 SEGMENT_CHARS = 100_000  # source text is stored in segments of this many characters
 _PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
-_COSINE = {"hnsw": {"space": "cosine"}}
 TREE_SLOTS = 3  # the served tree, the previous one (readers in flight), and one being built
 _LEGACY = -1  # the slot of a tree kept in a collection of its own, as older stores did
-# Chroma writes every record to its log (SQLite) before answering, and replays the log into
-# the vector index on open; the index itself is saved every sync_threshold records (1,000 by
-# default). A lower threshold keeps the replay, and the log kept for it, short.
-_POOL_CONFIG = {"hnsw": {"space": "cosine", "sync_threshold": 100, "batch_size": 100}}
+# Chroma writes every record to its log (SQLite), with its vector and text, before answering,
+# and replays the log into the vector index on open; the index itself is saved, and the log
+# purged up to it, every sync_threshold records (1,000 by default), per collection. A channel
+# has half a dozen collections, so at the default the log alone held thousands of records per
+# channel (16 MB for six collections of 40 records written over 20 times, against 6 MB at
+# 100). A lower threshold keeps the replay, and the log kept for it, short.
+_SHORT_LOG = {"sync_threshold": 100, "batch_size": 100}
+_PLAIN_CONFIG = {"hnsw": dict(_SHORT_LOG)}
+_COSINE_CONFIG = {"hnsw": {"space": "cosine", **_SHORT_LOG}}
 _NODE_KEYS = ("node", "layer", "tokens", "title", "link", "ordinal", "start", "end", "children", "parents", "sources")
 # A freed record keeps only its slot and index (Chroma's update merges keys; None removes one).
 _FREE_METADATA: dict[str, Any] = {"tree": "free", "version": None, "count": None, **{k: None for k in _NODE_KEYS}}
@@ -216,7 +220,7 @@ class ChromaStore:
         """The store of one channel; registers the channel on first use."""
         digest = channel_digest(key)
         with _translated("registering the channel"):
-            registry = self._client.get_or_create_collection(REGISTRY_COLLECTION, embedding_function=None)
+            registry = _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
             if not registry.get(ids=[digest], include=[])["ids"]:
                 registry.upsert(
                     ids=[digest],
@@ -228,7 +232,7 @@ class ChromaStore:
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
         with _translated("listing channels"):
-            registry = self._client.get_or_create_collection(REGISTRY_COLLECTION, embedding_function=None)
+            registry = _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
             metadatas = registry.get(include=["metadatas"])["metadatas"] or []
         keys = [ChannelKey(str(m["platform"]), str(m["workspace"]), str(m["channel"])) for m in metadatas]
         return sorted(keys, key=str)
@@ -252,16 +256,12 @@ class ChannelStore:
     # -- collections -------------------------------------------------------
 
     def _collection(self, suffix: str, cosine: bool = False) -> Any:
-        return self._client.get_or_create_collection(
-            f"{self._prefix}-{suffix}", embedding_function=None, configuration=_COSINE if cosine else None
-        )
+        return _opened(self._client, f"{self._prefix}-{suffix}", _COSINE_CONFIG if cosine else _PLAIN_CONFIG)
 
     def _pool(self) -> Any:
         """The channel's tree pool (kept: it is never deleted)."""
         if self._pool_collection is None:
-            self._pool_collection = self._client.get_or_create_collection(
-                f"{self._prefix}-tree", embedding_function=None, configuration=_POOL_CONFIG
-            )
+            self._pool_collection = _opened(self._client, f"{self._prefix}-tree", _COSINE_CONFIG)
         return self._pool_collection
 
     def _tree(self, version: int) -> Any:
@@ -403,7 +403,7 @@ class ChannelStore:
     def _cache_collections(self, kind: str) -> list[Any]:
         names = [str(getattr(c, "name", c)) for c in self._client.list_collections()]
         wanted = [n for n in names if n.startswith(f"{self._prefix}-{kind}-")]
-        return [self._client.get_collection(n, embedding_function=None) for n in wanted]
+        return [_with_short_log(self._client.get_collection(n, embedding_function=None)) for n in wanted]
 
     # -- leaf cache --------------------------------------------------------
 
@@ -1050,6 +1050,22 @@ class ChannelStore:
 
 
 # -- conversions -------------------------------------------------------------
+
+
+def _opened(client: Any, name: str, configuration: dict[str, Any]) -> Any:
+    """The collection ``name``, created with ``configuration`` if it is new. One created by an
+    older version, with Chroma's default log threshold, is changed to the short log once
+    (the space of an existing collection cannot change, and need not)."""
+    return _with_short_log(client.get_or_create_collection(name, embedding_function=None, configuration=configuration))
+
+
+def _with_short_log(collection: Any) -> Any:
+    """``collection``, its log threshold made short if it is not (see :func:`_opened`)."""
+    # configuration_json: the parsed `configuration` warns about our embedding_function=None.
+    hnsw = (getattr(collection, "configuration_json", None) or {}).get("hnsw") or {}
+    if hnsw and hnsw.get("sync_threshold") != _SHORT_LOG["sync_threshold"]:
+        collection.modify(configuration={"hnsw": dict(_SHORT_LOG)})
+    return collection
 
 
 def leaf_id(source_id: str, ordinal: int) -> str:

@@ -159,3 +159,23 @@ def test_notes_are_kept_per_channel_and_removable(any_store: ChromaStore, channe
     store.set_note("rebuild", None)
     assert store.notes() == {"weird: name": "x y"}
     assert store.live_state() is None  # notes are not a tree state
+
+
+def test_every_collection_keeps_a_short_write_log(any_store: ChromaStore, channel: ChannelKey) -> None:
+    """Chroma keeps each record's vector and text in its log until the collection's index is
+    saved, every sync_threshold records: the store's collections use a short threshold, and
+    one an older version made with Chroma's default (1,000) is changed to it when opened."""
+    client = any_store._client
+    digest = channel_digest(channel)
+    old = client.get_or_create_collection(f"rc-{digest}-answers", embedding_function=None)
+    assert old.configuration_json["hnsw"]["sync_threshold"] == 1000
+    store = any_store.channel(channel)
+    store.put_source(_source("a" * 64, "text"), "text")
+    store.put_leaves("p1", [Chunk("a" * 64, 0, "text", 0, 4, 1)], _vectors(1))
+    nodes, vectors = _tree("a" * 64)
+    store.write_tree(1, nodes, vectors)
+    store.list_answers()
+    thresholds = {c.name: client.get_collection(c.name).configuration_json["hnsw"]["sync_threshold"]
+                  for c in client.list_collections() if c.name.startswith(f"rc-{digest}")}
+    assert set(thresholds) >= {f"rc-{digest}-{s}" for s in ("src", "leaf-p1", "tree", "answers")}
+    assert set(thresholds.values()) == {100}
