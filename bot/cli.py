@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
         return _chat(config, args.channel, stdin, stdout)
     from bot.composition import build_engine  # imports torch: only once arguments are valid
 
-    engine = build_engine(config)
+    engine = build_engine(config, clusters_soon=args.command in ("rebuild", "demo"))
     channel = ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, getattr(args, "channel", "demo"))
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)

@@ -147,16 +147,23 @@ def llm_settings(config: Config) -> LLMSettings:
     )
 
 
-def build_engine(config: Config) -> Engine:
+def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     """The engine the configuration describes: the offline defaults, with the
     language model summarising and answering where ``llm.base_url`` is set, and
-    embedding through its API where ``embedder.provider`` is ``api``."""
+    embedding through its API where ``embedder.provider`` is ``api``. With
+    ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once, so
+    that its start overlaps loading the models rather than following the first
+    rebuild's wait for it."""
     settings = engine_settings(config)
     log.info("%s", describe_models(config))
     store = open_store(config)
     # After the data directory's lock (nothing is written without it), before anything
     # imports numba; the clustering worker process inherits the setting.
     use_cache_dir(numba_home(config))
+    if clusters_soon:
+        from raptor_engine import cluster_worker  # imported only where a worker is wanted
+
+        cluster_worker.prestart()
     llm = llm_settings(config) if config.llm.base_url else None
     client = LLMClient(llm) if llm else None
     embedder: Embedder

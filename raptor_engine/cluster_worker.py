@@ -157,6 +157,23 @@ async def cluster(
                          "the previous tree still answers, try the rebuild again") from exc
 
 
+def prestart() -> None:
+    """Starts the worker, and UMAP's warm-up in it, without waiting for either. A one-shot
+    command that is about to cluster calls it first, so that the worker's start (a fresh
+    interpreter importing scikit-learn, UMAP and numba's cached kernels: seconds) overlaps
+    the command's own imports and model loading instead of following them. A failure is
+    left to the first real call, which replaces a dead worker or reports it."""
+    from raptor_engine import clustering
+
+    pool = _executor()
+    if pool is None:
+        return
+    try:
+        pool.submit(clustering.warm_up)
+    except RuntimeError:  # stop() shut the pool down just now
+        log.debug("the clustering worker was stopped before its warm-up started")
+
+
 def warm_up() -> bool:
     """Starts the worker and compiles UMAP's kernels in it now, rather than in the first
     rebuild. Blocking (seconds); call it from a thread at start-up. True once compiled;
