@@ -572,23 +572,40 @@ class ChannelStore:
         """Writes a complete tree as ``version``, beside the served one (not yet served).
 
         Raises ``StoreError`` if the slot it writes to is served meanwhile (another
-        process switched to a tree there): it never writes over a served tree.
+        process switched to a tree there): it never writes on over a served tree. Looking
+        and writing are two steps, so a batch may still land on a tree served between
+        them; then the served tree is checked at once, and the channel heals to the newest
+        complete tree if it was broken (see :meth:`live_state`).
         """
         with _translated("writing the new tree"):
             pool = self._pool()
             place = _Place(version, self._free_slot(), f"{version}.{uuid.uuid4().hex[:8]}")
             self._written[version] = place
-            for start, end in _batches(len(nodes), self._client.get_max_batch_size()):
-                self._claim(place.slot)
-                pool.upsert(
-                    ids=[f"{place.slot}:{k}" for k in range(start, end)],
-                    documents=[n.text for n in nodes[start:end]],
-                    metadatas=[_pool_metadata(n, place, k, len(nodes)) for k, n in enumerate(nodes[start:end], start)],
-                    embeddings=embeddings[start:end],
-                )
-            # What a larger former tree left in this slot is freed, and reused next time.
-            rest = pool.get(where={"$and": [{"slot": place.slot}, {"k": {"$gte": len(nodes)}}]}, include=[])["ids"]
-            self._free(pool, rest)
+            try:
+                for start, end in _batches(len(nodes), self._client.get_max_batch_size()):
+                    self._claim(place.slot)
+                    pool.upsert(
+                        ids=[f"{place.slot}:{k}" for k in range(start, end)],
+                        documents=[n.text for n in nodes[start:end]],
+                        metadatas=[_pool_metadata(n, place, k, len(nodes)) for k, n in enumerate(nodes[start:end], start)],
+                        embeddings=embeddings[start:end],
+                    )
+                # What a larger former tree left in this slot is freed, and reused next time.
+                rest = pool.get(where={"$and": [{"slot": place.slot}, {"k": {"$gte": len(nodes)}}]}, include=[])["ids"]
+                self._free(pool, rest)
+            finally:
+                self._recheck_if_served(place.slot)
+
+    def _recheck_if_served(self, slot: int) -> None:
+        """After writing to ``slot``: if a tree there got served meanwhile, this build may have
+        written over it; the served state is checked afresh (and healed if broken)."""
+        served = self._read_state()
+        if served is None or served.slot != slot:
+            return
+        log.info("channel %s: another build's tree v%d was served from the slot this build wrote to; "
+                    "checking it", self.key, served.version)
+        self._present.discard(f"{served.version}.{served.tag}")
+        self.live_state()
 
     def _free_slot(self) -> int:
         """The first slot holding neither the served tree nor the previous one."""
@@ -692,7 +709,10 @@ class ChannelStore:
         self._known[state.version] = _Place(state.version, state.slot, state.tag)
 
     def _is_missing(self, state: TreeState) -> bool:
-        """Whether the served tree is gone (checked once per tree and process: one read)."""
+        """Whether the served tree is gone or broken: fewer of its records are there (its own,
+        or freed by a forget) than it had. Another builder that chose the same slot can write
+        over it (two processes on one Chroma server; nothing there makes the choice and the
+        write one step). Checked once per tree and process: one read."""
         key = f"{state.version}.{state.tag}"
         if key in self._present or not sum(state.nodes_per_layer.values()):
             return False
@@ -700,10 +720,17 @@ class ChannelStore:
             if state.slot == _LEGACY:
                 found = state.version in self._tree_versions()
             else:
-                found = bool(self._pool().get(where={"tree": state.tag}, limit=1, include=[])["ids"])
+                found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
         if found:
             self._present.add(key)
         return not found
+
+    def _whole(self, tag: str, at_least: int) -> bool:
+        """Whether the pool holds at least ``at_least`` records of the tree ``tag``, counting
+        those a forget freed (marked ``free:<tag>``; the served state's counts drop only
+        after they are freed, so a reader in between must not see a broken tree)."""
+        got = self._pool().get(where={"tree": {"$in": [tag, f"free:{tag}"]}}, include=[])["ids"]
+        return len(got) >= at_least > 0
 
     def _heal(self, missing: TreeState) -> TreeState:
         """Serves the newest complete tree instead of the missing one, and says so."""
@@ -733,7 +760,7 @@ class ChannelStore:
                           for m in firsts if m.get("version") is not None]
             for place in sorted(candidates, key=lambda p: -p.version):
                 metas = pool.get(where={"tree": place.tag}, include=["metadatas"])["metadatas"] or []
-                if metas and len(metas) == int(metas[0]["count"]):
+                if metas and self._whole(place.tag, int(metas[0]["count"])):
                     return place, dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
             for version in sorted(self._tree_versions(), reverse=True):
                 metas = self._tree(version).get(include=["metadatas"])["metadatas"] or []

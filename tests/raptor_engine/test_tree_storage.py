@@ -134,6 +134,47 @@ def test_a_build_never_writes_over_a_tree_served_meanwhile(any_store: ChromaStor
     assert state.slot == slot and len(one.query_tree(state.version, vectors[0], 100)) == 6
 
 
+class _SmallBatches:
+    """A Chroma client whose writes go in batches of two records (the rest passes through)."""
+
+    def __init__(self, client: object) -> None:
+        self._client = client
+
+    def get_max_batch_size(self) -> int:
+        return 2
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+def test_a_served_tree_written_over_by_a_racing_build_heals_at_once(
+    any_store: ChromaStore, channel: ChannelKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes on one server: ``two`` looked at the slot before ``one`` served a tree
+    there and wrote its first batch after. The served tree is then broken; the channel heals
+    to the newest complete tree instead of serving a part of one."""
+    one, two = any_store.channel(channel), any_store.channel(channel)
+    first, first_vectors = _build(one, "n" * 64, 5, 1)
+    slot = two._free_slot()
+    two._free_slot = lambda: slot  # type: ignore[method-assign]  # chosen before one switched
+    looks = iter([False])  # the first look found the slot free, as it was then; later ones are real
+    real_claim = two._claim
+    two._claim = lambda s: next(looks, True) and real_claim(s)  # type: ignore[method-assign]
+    _build(one, "n" * 64, 5, 3)
+    assert one.live_state().slot == slot and one.live_state().version == 2
+    two._client = _SmallBatches(two._client)
+    nodes, vectors = _tree("n" * 64, 5, 2)
+    caplog.set_level(logging.WARNING, logger="raptor_engine.store")
+    with pytest.raises(StoreError, match="another rebuild"):
+        two.write_tree(2, nodes, vectors)  # its first two records land on the served tree
+    assert "v2 is missing; serving v1" in caplog.text
+    reader = any_store.channel(channel)
+    state = reader.live_state()
+    assert state.version == 1
+    hits = reader.query_tree(state.version, first_vectors[0], 100)
+    assert sorted(h.node.text for h in hits) == sorted(n.text for n in first)
+
+
 def test_an_incomplete_tree_is_never_served(any_store: ChromaStore, channel: ChannelKey) -> None:
     store = any_store.channel(channel)
     _build(store, "g" * 64, 5, 1)
