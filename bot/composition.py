@@ -8,6 +8,7 @@ import weakref
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from bot.build_lock import MachineBuildLocks
 from bot.config import Config
 from bot.data_lock import DataLock, lock_data_dir
 from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
@@ -84,10 +85,11 @@ def _let_go(lock: DataLock) -> None:
     """Drops a store's reference to its lock (the last one gone releases it)."""
 
 
-def numba_home(config: Config) -> Path:
-    """Where numba's compiled kernels are kept (under it, ``numba-cache``): the data directory
-    of an embedded store; with a Chroma server, which leaves the data directory unused, the
-    user's cache directory (``$XDG_CACHE_HOME/raptor-chat``, by default ``~/.cache/raptor-chat``)."""
+def machine_home(config: Config) -> Path:
+    """Where this machine's own files go: numba's compiled kernels (``numba-cache``) and, with
+    a Chroma server, the channels' build locks (``build-locks``). The data directory of an
+    embedded store; with a Chroma server, which leaves the data directory unused, the user's
+    cache directory (``$XDG_CACHE_HOME/raptor-chat``, by default ``~/.cache/raptor-chat``)."""
     if not config.chroma.host:
         return config.data_dir
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raptor-chat"
@@ -159,7 +161,7 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     store = open_store(config)
     # After the data directory's lock (nothing is written without it), before anything
     # imports numba; the clustering worker process inherits the setting.
-    use_cache_dir(numba_home(config))
+    use_cache_dir(machine_home(config))
     if clusters_soon:
         from raptor_engine import cluster_worker  # imported only where a worker is wanted
 
@@ -180,4 +182,14 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     else:
         summarizer = LLMSummarizer(client, counter, llm)
         answerer = LLMAnswerer(client, llm)
-    return Engine(store, embedder, counter, summarizer, answerer, settings)
+    return Engine(store, embedder, counter, summarizer, answerer, settings, build_guard=build_guard(config))
+
+
+def build_guard(config: Config) -> MachineBuildLocks | None:
+    """With a Chroma server, the build locks that keep two processes of this machine from
+    rebuilding one channel at once; None for the embedded store, whose data directory's
+    lock already keeps every other process out."""
+    chroma = config.chroma
+    if not chroma.host:
+        return None
+    return MachineBuildLocks.for_server(machine_home(config), chroma.host, chroma.port, chroma.tenant, chroma.database)

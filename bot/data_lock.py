@@ -72,21 +72,21 @@ def lock_data_dir(directory: Path) -> DataLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = _read_holder(fd)
+            holder = read_holder(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise DataDirInUse(directory, holder) from None
             raise
         # Only the holder writes the file, and only once it holds the lock.
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{_command_line()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n{command_line()}\n".encode(), 0)
         lock = DataLock(directory, fd)
         _held[directory] = lock
     log.debug("holding the lock of %s", directory)
     return lock
 
 
-def _read_holder(fd: int) -> str:
+def read_holder(fd: int) -> str:
     """'process 1234 (python -m bot chat)' from the lock file; less when the holder has not
     written it yet."""
     try:
@@ -100,7 +100,7 @@ def _read_holder(fd: int) -> str:
     return f"process {pid}" + (f" ({command})" if command else "")
 
 
-def _command_line() -> str:
+def command_line() -> str:
     """This process's command line as ``ps`` shows it (``python -m bot ingest ...``)."""
     try:
         raw = Path("/proc/self/cmdline").read_bytes()

@@ -43,7 +43,7 @@ from raptor_engine.errors import (
     StoreError,
 )
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
-from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
+from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.metering import SpendingLimits, metering
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, load_summary_map, retrieve_scoped
@@ -108,8 +108,11 @@ class Engine:
         summarizer: Summarizer,
         answerer: Answerer,
         settings: EngineSettings = EngineSettings(),
+        build_guard: BuildGuard | None = None,
     ) -> None:
+        """``build_guard``, where given, is held around every rebuild (see :class:`BuildGuard`)."""
         self._store = store
+        self._build_guard = build_guard
         self._embedder = embedder
         self._counter = counter
         self._summarizer = summarizer
@@ -317,7 +320,8 @@ class Engine:
         Leaves of sources seen before are reused, not re-embedded; summaries of
         clusters whose members are unchanged come from the cache. If anything
         fails, the previous tree keeps being served and ``BuildError`` says why.
-        Raises ``NothingToBuild`` for a channel without sources. Forgets that were
+        Raises ``NothingToBuild`` for a channel without sources, ``BuildBusy`` (at once)
+        when another process is rebuilding it and the build guard sees it. Forgets that were
         interrupted are finished first; a source forgotten while the build runs
         leaves nothing in what it writes, however the build ends.
 
@@ -328,6 +332,12 @@ class Engine:
         return await run_in_background(self._rebuild(key, progress), name=f"rebuild {key}")
 
     async def _rebuild(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
+        if self._build_guard is None:
+            return await self._rebuild_held(key, progress)
+        with self._build_guard.hold(key):
+            return await self._rebuild_held(key, progress)
+
+    async def _rebuild_held(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
         channel = self._channel(key)
         for source_id in channel.sources_in_state(SourceState.FORGETTING):
             log.info("channel %s: finishing the interrupted forget of source %s", key, source_id[:12])

@@ -75,6 +75,16 @@ class BuildError(RaptorError):
     """A rebuild stopped before switching over; the previous tree still serves."""
 
 
+class BuildBusy(BuildError):
+    """Another process is rebuilding the channel now; this rebuild did not start.
+    ``holder`` describes it ("process 1234 (python -m bot rebuild ...)")."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+        super().__init__(f"{holder} is rebuilding this channel right now; its tree is served when it "
+                         "ends (ask for another rebuild after that if sources changed since)")
+
+
 class SpendingLimitReached(BuildError):
     """A rebuild would pass its ceiling of language-model calls or tokens; it stopped
     before making the requests that would pass it.

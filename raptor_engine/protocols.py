@@ -7,11 +7,12 @@ summaries and answers); a language-model endpoint can implement them too.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from raptor_engine.types import Answer, Hit
+from raptor_engine.types import Answer, ChannelKey, Hit
 
 
 @runtime_checkable
@@ -115,4 +116,14 @@ class Answerer(Protocol):
         When ``hits`` hold nothing relevant, ``Answer.found`` is False and the
         text says so. Raises ``ProviderError`` on failure.
         """
+        ...
+
+
+@runtime_checkable
+class BuildGuard(Protocol):
+    """Keeps two processes from rebuilding one channel at once (where they can see each other)."""
+
+    def hold(self, key: ChannelKey) -> AbstractContextManager[None]:
+        """Held while a rebuild of ``key`` runs. Entering raises ``BuildBusy`` at once,
+        without waiting, if another builder holds it."""
         ...
