@@ -19,7 +19,8 @@ import threading
 import time
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -119,6 +120,9 @@ class Engine:
         self._answerer = answerer
         self.settings = settings
         self._channels: dict[ChannelKey, ChannelStore] = {}
+        # The writers of each channel running now: the last one out drops an emptied channel.
+        self._writers: dict[ChannelKey, _Writers] = {}
+        self._writers_guard = threading.Lock()
         # Per served tree version: its BM25 index and its summary map (see _indexes).
         self._lexicons: OrderedDict[tuple[ChannelKey, int, int], tuple[LexicalIndex, SummaryMap]] = OrderedDict()
         self._lexicons_lock = threading.Lock()
@@ -164,6 +168,10 @@ class Engine:
         rebuild. ``progress`` hears how embedding goes (a large file takes
         minutes). Raises ``DocumentRejected`` for a text with nothing in it.
         """
+        with self._writing(key):
+            return self._ingest(key, document, progress)
+
+    def _ingest(self, key: ChannelKey, document: Document, progress: ProgressCallback | None) -> IngestResult:
         text = unicodedata.normalize("NFC", document.text)
         if not text.strip():
             raise DocumentRejected(RejectReason.EMPTY, document.title, "there is no text in it")
@@ -284,13 +292,18 @@ class Engine:
         A rebuild running meanwhile removes whatever of it it writes after this returns
         (see ``store.py``), so once both are done no collection holds the text. If this
         stops half-way, the next rebuild (or upload of the same text) finishes it.
+
+        Forgetting the channel's last source drops the channel whole, once no rebuild or
+        ingest of it runs here any more (see :meth:`_writing`), and gives the disk space
+        back on the embedded store; its next upload starts it anew.
         """
         source = self.find_source(key, reference)
         channel = self._channel(key)
-        # Marked first: from here on nothing lists, builds from or searches it, and any
-        # writer finishing later sees the mark and cleans up after itself.
-        channel.set_source_state(source.id, SourceState.FORGETTING)
-        removed = self._purge(key, channel, source.id)
+        with self._writing(key):
+            # Marked first: from here on nothing lists, builds from or searches it, and any
+            # writer finishing later sees the mark and cleans up after itself.
+            channel.set_source_state(source.id, SourceState.FORGETTING)
+            removed = self._purge(key, channel, source.id)
         log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
         return source
 
@@ -310,7 +323,74 @@ class Engine:
         for source_id in sorted(gone):
             log.info("channel %s: removing what was just written of forgotten source %s", key, source_id[:12])
             self._purge(key, channel, source_id)
+        if gone:
+            # A writer left running by a cancelled rebuild (its store step goes on in a thread)
+            # may finish after every writer counted in: it drops an emptied channel itself.
+            self._drop_if_empty(key)
         return gone
+
+    @contextmanager
+    def _writing(self, key: ChannelKey) -> Iterator[_Writing]:
+        """Counts a writer of the channel (an ingest, forget or rebuild) in for the ``with``
+        block; the last one out drops the channel if no source is left in it.
+
+        Whichever of a forget and a rebuild or ingest of the same channel finishes last
+        drops it, so no collection is dropped under a writer of this engine, and a writer
+        starting while a drop runs waits for it (then writes to new collections). The
+        yielded record says whether this writer dropped it. Writers in other processes (on
+        a Chroma server) are not seen: what they write after a drop lands in collections
+        made anew, from which they remove the forgotten text as after any forget (see
+        ``store.py``), and the last of them drops it again.
+        """
+        writers = self._writers_of(key)
+        with writers.lock:
+            writers.count += 1
+        writing = _Writing()
+        try:
+            yield writing
+        finally:
+            with writers.lock:
+                writers.count -= 1
+                last = writers.count == 0
+            if last:
+                writing.dropped = self._drop_if_empty(key)
+
+    def _writers_of(self, key: ChannelKey) -> _Writers:
+        # One small entry per channel written in this process: kept, never dropped, because
+        # its lock must stay the same object while anyone waits for it.
+        with self._writers_guard:
+            return self._writers.setdefault(key, _Writers())
+
+    def _drop_if_empty(self, key: ChannelKey) -> bool:
+        """Drops the channel's collections (every layer, cache, tree, note and answer, and its
+        registry entry) if it holds no source at all and no writer of it runs in this engine,
+        then gives back their disk space (embedded store); True if it dropped them.
+
+        Never raises: the forget or build that calls it has done its own work. A failure is
+        logged, and the next writer of the channel to finish tries again.
+        """
+        channel = self._channel(key)
+        writers = self._writers_of(key)
+        try:
+            with writers.lock:  # held while dropping: a writer starting now waits for the drop
+                if writers.count or not channel.holds_no_source():
+                    return False
+                records = channel.drop()
+        except StoreError as exc:
+            log.warning("channel %s: no source is left, but its collections could not be dropped "
+                        "(the next forget or rebuild tries again): %s", key, exc)
+            return False
+        with self._lexicons_lock:
+            for cached in [k for k in self._lexicons if k[0] == key]:
+                del self._lexicons[cached]
+        log.info("channel %s: no source left: dropped its collections (%d records)", key, records)
+        if records:  # a channel that never held anything leaves nothing to reclaim
+            try:
+                self._store.reclaim()
+            except StoreError as exc:
+                log.warning("channel %s: dropped, but the disk space was not reclaimed (the next "
+                            "drop or start does): %s", key, exc)
+        return True
 
     # -- building ------------------------------------------------------------
 
@@ -338,6 +418,13 @@ class Engine:
             return await self._rebuild_held(key, progress)
 
     async def _rebuild_held(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
+        with self._writing(key) as writing:
+            report = await self._rebuild_channel(key, progress)
+        if writing.dropped:  # a forget of the last source ended while this build ran
+            raise NothingToBuild("every source of this channel was forgotten while the rebuild ran")
+        return report
+
+    async def _rebuild_channel(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
         channel = self._channel(key)
         for source_id in channel.sources_in_state(SourceState.FORGETTING):
             log.info("channel %s: finishing the interrupted forget of source %s", key, source_id[:12])
@@ -657,6 +744,21 @@ class Engine:
             return []
         top = max(state.nodes_per_layer)
         return channel.list_layer(state.version, top, limit)
+
+
+@dataclass(slots=True)
+class _Writers:
+    """How many writers of one channel run in the engine, and the lock a drop holds throughout."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    count: int = 0
+
+
+@dataclass(slots=True)
+class _Writing:
+    """One writer of a channel; ``dropped`` is set when it finished last and dropped the channel."""
+
+    dropped: bool = False
 
 
 class _SummaryCacheView:

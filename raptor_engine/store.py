@@ -34,6 +34,13 @@ is forgotten meanwhile (:meth:`ChannelStore.forgotten_among`) and then removes
 what it wrote. Write first, look second: whichever of the two finishes last
 cleans up, so no forgotten text survives either order.
 
+A channel left with no source at all (none stored, storing or forgetting) is
+dropped whole (:meth:`ChannelStore.drop`): every ``rc-<digest>-*`` collection
+and its entry in the ``rc-channels`` registry; its next upload starts it anew.
+On the embedded store :meth:`ChromaStore.reclaim` then takes back the disk space
+Chroma keeps after deleting collections (``reclaim.py``); a Chroma server keeps
+those files (issue 5259), and only its operator can reclaim them.
+
 Embeddings are always passed explicitly: Chroma's default embedding function
 downloads a model, which fails offline. Chroma's errors are translated into
 :class:`~raptor_engine.errors.StoreError` here, where they enter.
@@ -48,7 +55,7 @@ import re
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -58,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
+from raptor_engine.reclaim import Reclaimed, reclaim
 from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Hit, Node, Source, SourceKind
 
 log = logging.getLogger(__name__)
@@ -148,19 +156,32 @@ class _Place:
 class ChromaStore:
     """The Chroma database holding every channel; hands out one :class:`ChannelStore` each."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, path: Path | None = None) -> None:
+        """``path``: the data directory of an embedded client, None for a Chroma server."""
         self._client = client
+        self._path = path
+        self._reclaiming = threading.Lock()  # one reclaim at a time: two would rewrite the file twice
 
     @classmethod
     def embedded(cls, path: Path) -> ChromaStore:
-        """Chroma embedded in this process, persisted under ``path``."""
+        """Chroma embedded in this process, persisted under ``path``.
+
+        What a crash between dropping a channel and reclaiming its space left behind is
+        reclaimed here, cheaply (:meth:`reclaim` with ``at_open``); a failure of that is
+        logged, not raised: the store works without it.
+        """
         import chromadb
         from chromadb.config import Settings
 
         with _translated(f"opening {path}"):
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
-        return cls(client)
+        store = cls(client, path)
+        try:
+            store.reclaim(at_open=True)
+        except StoreError as exc:
+            log.warning("could not reclaim the space Chroma left in %s (the next forget tries again): %s", path, exc)
+        return store
 
     @classmethod
     def remote(cls, host: str, port: int, ssl: bool = False, *, token: str = "",
@@ -219,15 +240,29 @@ class ChromaStore:
     def channel(self, key: ChannelKey) -> ChannelStore:
         """The store of one channel; registers the channel on first use."""
         digest = channel_digest(key)
-        with _translated("registering the channel"):
-            registry = _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
-            if not registry.get(ids=[digest], include=[])["ids"]:
-                registry.upsert(
-                    ids=[digest],
-                    embeddings=[_PLACEHOLDER],
-                    metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
-                )
+        _register(self._client, key, digest)
         return ChannelStore(self._client, key, digest)
+
+    def reclaim(self, at_open: bool = False) -> Reclaimed | None:
+        """Gives back the disk space embedded Chroma keeps after collections are deleted (a
+        dropped channel's): removes their segment directories and compacts its SQLite file
+        (see ``reclaim.py``). ``at_open``: the cheap check, which compacts only a file that
+        is largely free pages. Safe while this store is in use (from any thread).
+
+        On a Chroma server this does nothing and returns None: dropping collections is all a
+        client can do there. The server keeps their segment directories (chroma issue 5259)
+        and the free pages in its SQLite file; ``chroma vacuum`` on the server's directory,
+        run by its operator, reclaims those pages. Raises ``StoreError`` if a step fails.
+        """
+        if self._path is None:
+            return None
+        with self._reclaiming:
+            reclaimed = reclaim(self._path, always_compact=not at_open)
+        if reclaimed.freed > 0:
+            log.info("reclaimed %.2f MB in %s (%d orphan segment directories; SQLite file %.2f -> %.2f MB)",
+                     reclaimed.freed / 1e6, self._path, reclaimed.orphans,
+                     reclaimed.database_before / 1e6, reclaimed.database_after / 1e6)
+        return reclaimed
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
@@ -259,9 +294,10 @@ class ChannelStore:
         return _opened(self._client, f"{self._prefix}-{suffix}", _COSINE_CONFIG if cosine else _PLAIN_CONFIG)
 
     def _pool(self) -> Any:
-        """The channel's tree pool (kept: it is never deleted)."""
+        """The channel's tree pool. Its handle is kept (opening costs about half a query), and
+        opens the collection again if another process or engine dropped the channel meanwhile."""
         if self._pool_collection is None:
-            self._pool_collection = _opened(self._client, f"{self._prefix}-tree", _COSINE_CONFIG)
+            self._pool_collection = _Reopening(lambda: _opened(self._client, f"{self._prefix}-tree", _COSINE_CONFIG))
         return self._pool_collection
 
     def _tree(self, version: int) -> Any:
@@ -276,6 +312,50 @@ class ChannelStore:
                 versions.append(int(match["version"]))
         return sorted(versions)
 
+    # -- the whole channel ---------------------------------------------------
+
+    def holds_no_source(self) -> bool:
+        """Whether the channel holds no source at all, in any state (storing, stored,
+        forgetting, or written before states): nothing is left to build from or to finish."""
+        with _translated("looking for sources"):
+            return not self._collection("src").get(limit=1, include=[])["ids"]
+
+    def drop(self) -> int:
+        """Deletes every collection of the channel (``rc-<digest>-*``: sources, leaf and summary
+        caches, trees of every layout, state and notes, answers) and then its registry entry;
+        returns how many records they held (0: nothing worth reclaiming). Idempotent.
+
+        The caller makes sure the channel holds no source and that no writer of it runs in
+        this process (the engine does both). A writer in another process re-creates what it
+        writes to afterwards, and removes the forgotten text from it as after any forget (see
+        the module docstring). On a Chroma server this is all a client can do: the server
+        keeps the deleted collections' files (chroma issue 5259).
+        """
+        from chromadb.errors import NotFoundError
+
+        records = 0
+        with _translated("dropping the channel"):
+            names = sorted(str(getattr(c, "name", c)) for c in self._client.list_collections())
+            for name in [n for n in names if n.startswith(f"{self._prefix}-")]:
+                try:
+                    records += self._client.get_collection(name, embedding_function=None).count()
+                    self._client.delete_collection(name)
+                except NotFoundError:
+                    continue  # dropped meanwhile by another process
+            # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
+            _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG).delete(ids=[self._digest])
+        self._forget_handles()
+        return records
+
+    def _forget_handles(self) -> None:
+        """Forgets every handle and fact cached about collections that a drop deleted."""
+        self._pool_collection = None
+        self._known.clear()
+        self._written.clear()
+        self._present.clear()
+        self._rids.clear()
+        self._tree_counts.clear()
+
     # -- sources -----------------------------------------------------------
 
     def put_source(self, source: Source, text: str, state: SourceState = SourceState.STORED) -> None:
@@ -285,6 +365,7 @@ class ChannelStore:
         segments = [text[i : i + SEGMENT_CHARS] for i in range(0, len(text), SEGMENT_CHARS)] or [""]
         metadatas: list[dict[str, Any]] = [{"source_id": source.id, "segment": i} for i in range(len(segments))]
         metadatas[0].update(_source_metadata(source), segments=len(segments), state=state.value)
+        _register(self._client, self.key, self._digest)  # again after a drop (see drop)
         with _translated("storing a source"):
             self._collection("src").upsert(
                 ids=[f"{source.id}#{i}" for i in range(len(segments))],
@@ -780,6 +861,8 @@ class ChannelStore:
         """Sets the note ``name`` to ``value``; None removes it. Read, change, write: callers
         changing the same channel's notes from several processes must coordinate."""
         notes = self.notes()
+        if value is None and name not in notes:
+            return  # nothing to write: a dropped channel's notes stay dropped
         if value is None:
             notes.pop(name, None)
         else:
@@ -1093,6 +1176,47 @@ def _with_short_log(collection: Any) -> Any:
     if hnsw and hnsw.get("sync_threshold") != _SHORT_LOG["sync_threshold"]:
         collection.modify(configuration={"hnsw": dict(_SHORT_LOG)})
     return collection
+
+
+class _Reopening:
+    """A kept collection handle that opens its collection once more when Chroma says it does not
+    exist: the channel was dropped (by another process, or another engine) and is used again.
+
+    Chroma names a collection by an id fixed at creation, so a handle to a dropped collection
+    fails for ever, even once one of the same name exists again. Every call made through it
+    (get, query, upsert, update, delete) does nothing before failing so, and is safe to repeat.
+    """
+
+    def __init__(self, open_collection: Callable[[], Any]) -> None:
+        self._open = open_collection
+        self._collection = open_collection()
+
+    def __getattr__(self, name: str) -> Any:
+        if not callable(getattr(self._collection, name)):
+            return getattr(self._collection, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from chromadb.errors import NotFoundError
+
+            try:
+                return getattr(self._collection, name)(*args, **kwargs)
+            except NotFoundError:
+                self._collection = self._open()
+                return getattr(self._collection, name)(*args, **kwargs)
+
+        return call
+
+
+def _register(client: Any, key: ChannelKey, digest: str) -> None:
+    """Lists the channel in the registry (``ChromaStore.channels``) if it is not."""
+    with _translated("registering the channel"):
+        registry = _opened(client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+        if not registry.get(ids=[digest], include=[])["ids"]:
+            registry.upsert(
+                ids=[digest],
+                embeddings=[_PLACEHOLDER],
+                metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
+            )
 
 
 def leaf_id(source_id: str, ordinal: int) -> str:
