@@ -173,10 +173,12 @@ class RateLimitConfig(_Section):
 
 class LimitsConfig(_Section):
     """Caps on what one channel holds, checked before a source is added; 0 = no cap.
-    Stored size counts the characters of the sources' text."""
+    Stored size counts the characters of the sources' text. ``kept_answers_per_channel``:
+    the answers kept for votes and node buttons; older ones go (a vote on one is refused)."""
 
     max_sources_per_channel: int = Field(default=0, ge=0, le=10_000_000)
     max_stored_mb_per_channel: float = Field(default=0.0, ge=0, le=1_000_000)
+    kept_answers_per_channel: int = Field(default=1000, ge=1, le=10_000_000)
 
 
 class BotConfig(_Section):

@@ -163,7 +163,8 @@ class ChatHandler:
         still goes out, without vote buttons: a store hiccup must not swallow an answer)."""
         answer_id = uuid.uuid4().hex[:12]
         try:
-            await asyncio.to_thread(self._engine.keep_answer, key, answer_id, question, answer, asked_by)
+            kept = self._config.bot.limits_for(str(key)).kept_answers_per_channel
+            await asyncio.to_thread(self._engine.keep_answer, key, answer_id, question, answer, asked_by, kept)
         except RaptorError as exc:
             log.warning("channel %s: could not keep answer %s for votes: %s", key, answer_id, exc)
             return ""

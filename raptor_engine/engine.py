@@ -599,9 +599,12 @@ class Engine:
 
     # -- answers and feedback ---------------------------------------------------
 
-    def keep_answer(self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str) -> None:
+    def keep_answer(
+        self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str, keep: int = 1000
+    ) -> None:
         """Keeps an answer given in the channel with its question, so votes on it can be stored
-        beside both. Forgetting a source it cites removes it."""
+        beside both. Forgetting a source it cites removes it. The channel keeps its newest
+        ``keep`` answers: storage must not grow with every question for months."""
         sources: list[str] = []
         hits = {hit.node.id: hit.node for hit in answer.hits}
         for citation in answer.citations:
@@ -612,6 +615,7 @@ class Engine:
         record = AnswerRecord(answer_id, question, answer.text, asked_by, _now(), tuple(sources))
         channel = self._channel(key)
         channel.put_answer(record)
+        channel.prune_answers(keep)
         # An answer computed from a source forgotten meanwhile goes with it.
         self._purge_forgotten(key, channel, record.source_ids)
 

@@ -467,6 +467,21 @@ class ChannelStore:
                 ids=[record.answer_id], documents=[record.text], metadatas=[metadata], embeddings=[_PLACEHOLDER]
             )
 
+    def prune_answers(self, keep: int) -> int:
+        """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went.
+        Counted on every call (cheap), but pruned only once the excess is a tenth of ``keep``
+        (at least 10), so that answering does not read every answer each time."""
+        with _translated("pruning kept answers"):
+            answers = self._collection("answers")
+            if answers.count() <= keep + max(10, keep // 10):
+                return 0
+            got = answers.get(include=["metadatas"])
+            ages = sorted(zip(((m or {}).get("answered_at", "") for m in got["metadatas"]), got["ids"]))
+            doomed = [answer_id for _, answer_id in ages[: len(ages) - keep]]
+            for start, end in _batches(len(doomed), self._client.get_max_batch_size()):
+                answers.delete(ids=doomed[start:end])
+        return len(doomed)
+
     def get_answer(self, answer_id: str) -> AnswerRecord | None:
         with _translated("reading an answer"):
             got = self._collection("answers").get(ids=[answer_id], include=["documents", "metadatas"])

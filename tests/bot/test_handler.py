@@ -502,3 +502,21 @@ def test_unpin_removes_a_source_only_for_admins_and_its_pinner(
         assert (await s.do(Unpin(channel, CHANNEL_ADMIN, "m-old"))).text.startswith("Removed “Old note”")
 
     run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_a_channel_keeps_its_configured_number_of_answers(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    """Answers are kept for their buttons, the newest ``kept_answers_per_channel`` of them
+    (pruned once ten more have come); a vote on one that went is refused with the reason."""
+    limits = LimitsConfig(kept_answers_per_channel=2)
+    config = make_config(tmp_path, channel, channels={str(channel): ChannelConfig(limits=limits)},
+                         rate_limits=RateLimitConfig(questions_per_user_per_minute=0))
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m-1"))
+        ids = [(await s.do(Question(channel, GUEST, f"When are deploys frozen? ({n})"))).answer_id for n in range(13)]
+        kept = [a.answer_id for a in engine.answers(channel)]
+        assert len(kept) == 2 and set(kept) == set(ids[-2:])
+        gone = await s.do(Vote(channel, GUEST, ids[0], up=True))
+        assert gone.kind is ReplyKind.ERROR and "no longer kept" in gone.text
+
+    run(engine, config, channel, body)

@@ -13,7 +13,7 @@ from raptor_engine.store import (
     TreeState,
     channel_digest,
 )
-from raptor_engine.types import ChannelKey, Chunk, Node, Source, SourceKind
+from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Node, Source, SourceKind
 from tests.conftest import free_port
 
 
@@ -179,3 +179,15 @@ def test_every_collection_keeps_a_short_write_log(any_store: ChromaStore, channe
                   for c in client.list_collections() if c.name.startswith(f"rc-{digest}")}
     assert set(thresholds) >= {f"rc-{digest}-{s}" for s in ("src", "leaf-p1", "tree", "answers")}
     assert set(thresholds.values()) == {100}
+
+
+def test_only_the_newest_answers_are_kept(any_store: ChromaStore, channel: ChannelKey) -> None:
+    store = any_store.channel(channel)
+    for i in range(25):
+        store.put_answer(AnswerRecord(f"a{i:02d}", "q?", "text", "alice", f"2026-01-01T00:00:{i:02d}+00:00"))
+        store.prune_answers(10)
+    kept = [a.answer_id for a in store.list_answers()]
+    # Pruned in steps (at 21 answers, down to 10), never below the newest 10.
+    assert kept == [f"a{i:02d}" for i in range(11, 25)]
+    assert store.prune_answers(10) == 0
+    assert store.prune_answers(3) == 11 and [a.answer_id for a in store.list_answers()] == ["a22", "a23", "a24"]
