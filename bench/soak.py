@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import logging
 import os
 import re
@@ -109,6 +110,8 @@ class Sample:
     children_rss_mib: float
     data_mib: float
     data_files: int
+    heap_used_mib: float | None = None  # glibc's heap, where readable: allocated and in use...
+    heap_free_mib: float | None = None  # ...and free but kept (fragmentation shows here, not as a leak)
 
 
 def _status_fields(pid: int | str) -> dict[str, str]:
@@ -205,11 +208,32 @@ def grown(before: Counter[str], after: Counter[str]) -> dict[str, int]:
     return {name: after[name] - before[name] for name in sorted(after) if after[name] > before[name]}
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33 and newer)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_mib() -> tuple[float | None, float | None]:
+    """(in use, free but kept) MiB of glibc's malloc heap, over every arena and mmapped block;
+    (None, None) where glibc or ``mallinfo2`` is missing. RSS growth with the free part growing
+    and the used part flat is fragmentation, not a leak."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return None, None
+    return (info.uordblks + info.hblkhd) / MIB, info.fordblks / MIB
+
+
 def sample(started: float, cycles: int, data_dir: Path) -> Sample:
     """The process as it is now (Linux ``/proc``)."""
     me = os.getpid()
     children = descendants(me)
     data_bytes, data_files = directory_size(data_dir)
+    heap_used, heap_free = heap_mib()
     return Sample(
         t_s=round(time.monotonic() - started, 1),
         cycles=cycles,
@@ -220,6 +244,8 @@ def sample(started: float, cycles: int, data_dir: Path) -> Sample:
         children_rss_mib=sum(_kib(_status_fields(pid).get("VmRSS", "")) for pid in children),
         data_mib=data_bytes / MIB,
         data_files=data_files,
+        heap_used_mib=heap_used,
+        heap_free_mib=heap_free,
     )
 
 
@@ -603,9 +629,10 @@ def report(figures: dict[str, Any]) -> None:
     print(heading(f"Soak of {settings['minutes']:g} min: four channels, {figures['cycles']} rebuild cycles"))
     print(f"{figures['rebuilds']} rebuilds, {figures['questions']} questions, replies {figures['replies']}")
     print(f"churn actions {figures['actions']}")
-    rows = [[f"{s['t_s']:.0f}", s["cycles"], s["rss_mib"], s["fds"], s["threads"], s["children"],
-             s["children_rss_mib"], s["data_mib"], s["data_files"]] for s in figures["samples"]]
-    print(table(["t s", "cycles", "RSS MiB", "fds", "threads", "children", "children MiB", "data MiB", "files"], rows))
+    rows = [[f"{s['t_s']:.0f}", s["cycles"], s["rss_mib"], s["heap_used_mib"], s["heap_free_mib"], s["fds"],
+             s["threads"], s["children"], s["children_rss_mib"], s["data_mib"], s["data_files"]] for s in figures["samples"]]
+    print(table(["t s", "cycles", "RSS MiB", "heap used", "heap free", "fds", "threads", "children", "children MiB",
+                 "data MiB", "files"], rows))
     for kind, extra in figures["grown"].items():
         if extra:
             print(f"{kind} grown since the baseline: "
