@@ -153,9 +153,9 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     """The engine the configuration describes: the offline defaults, with the
     language model summarising and answering where ``llm.base_url`` is set, and
     embedding through its API where ``embedder.provider`` is ``api``. With
-    ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once, so
-    that its start overlaps loading the models rather than following the first
-    rebuild's wait for it."""
+    ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once and
+    the embedding model loads on a thread, so that the worker's start, loading the
+    model and the first clustering overlap instead of following one another."""
     settings = engine_settings(config)
     log.info("%s", describe_models(config))
     store = open_store(config)
@@ -173,7 +173,9 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
         embedder = OpenAIEmbedder(client, config.embedder.model, batch_size=config.embedder.batch_size)
         counter: TokenCounter = HuggingFaceTokenCounter.from_model_dir(default_model_path())
     else:
-        local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size)
+        # A one-shot rebuild loads the model while it clusters: it embeds only the summaries.
+        local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size,
+                                            background=clusters_soon)
         embedder, counter = local, local.token_counter()
     if client is None or llm is None:
         summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)

@@ -9,8 +9,10 @@ network time-outs.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,18 +31,48 @@ class SentenceTransformerEmbedder:
     means the packaged all-MiniLM-L6-v2. Rows are L2-normalised float32.
     """
 
-    def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu") -> None:
+    def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu", *, background: bool = False) -> None:
+        """Loads the model now (raising ``ProviderError`` if it cannot), or with ``background``
+        on a thread of its own: then the first call that needs the model waits for it, and
+        raises that error. A one-shot rebuild loads it so, because it needs the model only
+        once it has clustered the leaves (importing torch and loading take seconds)."""
+        self._model_id = model or PACKAGED_MODEL_ID
+        self._location = model or str(default_model_path())
+        self._batch_size = batch_size
+        self._device = device
+        self._model: Any = None
+        self._failure: ProviderError | None = None
+        self._loading: threading.Thread | None = None
+        if background:
+            self._loading = threading.Thread(target=self._load_quietly, name="embedding-model-load", daemon=True)
+            self._loading.start()
+        else:
+            self._load()
+
+    def _load(self) -> None:
         from sentence_transformers import SentenceTransformer  # heavy: import on use
 
-        location = model or str(default_model_path())
         try:
-            self._model = SentenceTransformer(location, device=device)
+            self._model = SentenceTransformer(self._location, device=self._device)
         except Exception as exc:  # vendor errors vary: OSError, ValueError, HF errors
-            raise ProviderError(f"cannot load embedding model {location!r}: {exc}") from exc
-        self._model_id = model or PACKAGED_MODEL_ID
-        self._location = location
-        self._batch_size = batch_size
-        self._dimension = int(self._model.get_embedding_dimension())
+            raise ProviderError(f"cannot load embedding model {self._location!r}: {exc}") from exc
+
+    def _load_quietly(self) -> None:
+        """:meth:`_load` on the loading thread; its error waits for the first caller."""
+        try:
+            self._load()
+        except ProviderError as exc:
+            self._failure = exc
+        except Exception as exc:  # an import that fails: the caller hears it, not the thread
+            self._failure = ProviderError(f"cannot load embedding model {self._location!r}: {exc}")
+
+    def _loaded(self) -> Any:
+        """The model, once loaded (waits for a loading thread). Raises ``ProviderError``."""
+        if self._loading is not None:
+            self._loading.join()
+        if self._failure is not None:
+            raise self._failure
+        return self._model
 
     @property
     def model_id(self) -> str:
@@ -48,20 +80,21 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        return self._dimension
+        return int(self._loaded().get_embedding_dimension())
 
     def token_counter(self) -> HuggingFaceTokenCounter:
         """A token counter using this model's own tokenizer, without padding or truncation."""
         if Path(self._location).is_dir():
             return HuggingFaceTokenCounter.from_model_dir(Path(self._location))
-        return HuggingFaceTokenCounter(self._model.tokenizer.backend_tokenizer)  # it works on its own copy
+        return HuggingFaceTokenCounter(self._loaded().tokenizer.backend_tokenizer)  # it works on its own copy
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embeds ``texts`` in batches; see the ``Embedder`` protocol."""
+        model = self._loaded()
         if not texts:
-            return np.zeros((0, self._dimension), dtype=np.float32)
+            return np.zeros((0, self.dimension), dtype=np.float32)
         try:
-            vectors = self._model.encode(
+            vectors = model.encode(
                 list(texts),
                 batch_size=self._batch_size,
                 normalize_embeddings=True,
