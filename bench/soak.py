@@ -644,6 +644,20 @@ def report(figures: dict[str, Any]) -> None:
     print(heading("Targets (issue 13)"))
     for target in figures["targets"]:
         print(f"{target['name']}: {target['figure']}: {verdict(target['passed'])}")
+    print(second_half(figures["samples"]))
+
+
+def second_half(samples: Sequence[dict[str, Any]]) -> str:
+    """Growth from the sample nearest half-time to the last one: not a target, but what tells a
+    leak (which keeps growing) from pools and caches filling up after the baseline (which stop)."""
+    if len(samples) < 3:
+        return "second half: too few samples"
+    end = samples[-1]
+    middle = min(samples, key=lambda s: abs(s["t_s"] - end["t_s"] / 2))
+    return (f"second half ({middle['t_s']:.0f} s -> {end['t_s']:.0f} s, not a target): "
+            f"RSS {middle['rss_mib']:.0f} -> {end['rss_mib']:.0f} MiB ({end['rss_mib'] / middle['rss_mib'] - 1:+.1%}), "
+            f"data {middle['data_mib']:.1f} -> {end['data_mib']:.1f} MiB ({end['data_mib'] / middle['data_mib']:.2f}x), "
+            f"descriptors {middle['fds']} -> {end['fds']}, threads {middle['threads']} -> {end['threads']}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

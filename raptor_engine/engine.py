@@ -472,6 +472,7 @@ class Engine:
                 stages["store"] = time.perf_counter() - started
                 started = time.perf_counter()
                 await asyncio.to_thread(self._warm_indexes, key, channel)
+                await asyncio.to_thread(self._tidy_store, key)
                 stages["index"] = time.perf_counter() - started
             except SpendingLimitReached as exc:
                 channel.discard_tree(version)
@@ -691,6 +692,14 @@ class Engine:
             while len(self._lexicons) > LEXICAL_CACHE_SIZE:
                 self._lexicons.popitem(last=False)
         return built
+
+    def _tidy_store(self, key: ChannelKey) -> None:
+        """Lets the store clear what this rebuild's overwrites left (see ``ChromaStore.tidy``).
+        The tree is already served: a failure is logged, and the next rebuild tries again."""
+        try:
+            self._store.tidy()
+        except StoreError as exc:
+            log.warning("channel %s: could not tidy the store after the rebuild: %s", key, exc)
 
     def _warm_indexes(self, key: ChannelKey, channel: ChannelStore) -> None:
         """Builds the served tree's BM25 index and summary map now, so the first question after

@@ -46,6 +46,9 @@ VACUUM_TIMEOUT_S = 600  # a whole rewrite of the file: seconds for hundreds of M
 # being purged) leaves some free pages that SQLite reuses anyway.
 WORTH_COMPACTING_SHARE = 0.25
 WORTH_COMPACTING_BYTES = 1 << 20
+# A merged trigram index is about three times its text (2.9x measured); past this many times,
+# deleted entries are most of it.
+FULL_TEXT_BLOAT = 6
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -129,6 +132,32 @@ def compact(path: Path) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
         raise StoreError(f"chroma vacuum of {path} failed: {last}")
+
+
+def tidy_full_text_index(path: Path) -> bool:
+    """Merges Chroma's full-text index of the embedded data directory ``path`` if deleted
+    entries make up most of it; True if it did. Cheap when there is nothing to do (two
+    counts, milliseconds); a merge took 0.3 s for a 14 MB index.
+
+    Why: a rebuild writes its tree over the records of an older one, and FTS5 records each
+    overwritten document as a deletion marker beside the old entries, gone only when the
+    index's segments merge. SQLite's automatic merging did not keep up: in a 15-minute
+    soak (480 rebuilds) the index grew to 13.9 MB for 1.2 MB of text, and the data
+    directory from 25 to 36 MB; merged, it was 3.4 MB. Raises ``StoreError``."""
+    database = path / DATABASE
+    try:
+        with _connected(database, read_only=True) as connection:
+            if not connection.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FULL_TEXT_INDEX,)).fetchone():
+                return False
+            index = connection.execute(f"SELECT total(length(block)) FROM {FULL_TEXT_INDEX}_data").fetchone()[0]
+            text = connection.execute(f"SELECT total(length(c0)) FROM {FULL_TEXT_INDEX}_content").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot measure Chroma's full-text index in {database}: {exc}") from exc
+    if index < FULL_TEXT_BLOAT * text + WORTH_COMPACTING_BYTES:
+        return False
+    _merge_full_text_index(database)
+    log.info("merged Chroma's full-text index (%.1f MB for %.1f MB of text)", index / 1e6, text / 1e6)
+    return True
 
 
 def _live_segments(database: Path) -> set[str]:

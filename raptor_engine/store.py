@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
-from raptor_engine.reclaim import Reclaimed, reclaim
+from raptor_engine.reclaim import Reclaimed, reclaim, tidy_full_text_index
 from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Hit, Node, Source, SourceKind
 
 log = logging.getLogger(__name__)
@@ -263,6 +263,16 @@ class ChromaStore:
                      reclaimed.freed / 1e6, self._path, reclaimed.orphans,
                      reclaimed.database_before / 1e6, reclaimed.database_after / 1e6)
         return reclaimed
+
+    def tidy(self) -> None:
+        """Keeps what rebuilds leave behind from piling up: on the embedded store, merges
+        Chroma's full-text index once deleted entries make up most of it (see
+        ``reclaim.tidy_full_text_index``). Nothing on a Chroma server, whose files are its
+        own. Safe while the store is in use. Raises ``StoreError``."""
+        if self._path is None:
+            return
+        with self._reclaiming:
+            tidy_full_text_index(self._path)
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""

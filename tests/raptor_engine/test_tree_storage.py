@@ -4,6 +4,7 @@ that never goes missing. Against embedded Chroma and a real `chroma run` server.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import logging
 import os
 import signal
@@ -299,3 +300,41 @@ def test_a_server_killed_after_a_write_comes_back_whole(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait(timeout=15)
+
+
+def _full_text_bytes(path: Path) -> tuple[float, float]:
+    """(index, text) bytes of Chroma's full-text index in an embedded directory."""
+    import sqlite3
+
+    with sqlite3.connect(path / "chroma.sqlite3") as connection:
+        index = connection.execute("SELECT total(length(block)) FROM embedding_fulltext_search_data").fetchone()[0]
+        text = connection.execute("SELECT total(length(c0)) FROM embedding_fulltext_search_content").fetchone()[0]
+    return index, text
+
+
+def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel: ChannelKey) -> None:
+    """Every rebuild writes its tree over an older one's records; the full-text index keeps
+    each overwritten document as a deletion marker until merged. Tidied after rebuilds, as
+    the engine does, it is merged whenever it passes six times its text (it does here: a
+    tidy merges only then), and queries still find every node."""
+    path = tmp_path / "chroma"
+    store = ChromaStore.embedded(path)
+    tidy = store.channel(channel)
+    untidy = store.channel(ChannelKey(channel.platform, channel.workspace, channel.channel + "-b"))
+    merged = 0
+    words = " ".join(f"word{i} token{i * 7} term{i * 13}" for i in range(60))
+    for build in range(1, 31):
+        for one in (tidy, untidy):
+            nodes, vectors = _tree("q" * 64, 60, build)
+            nodes = [replace(n, text=f"{n.text} {build} {words}") for n in nodes]
+            one.write_tree(build, nodes, vectors)
+            assert one.switch_to(_state(build, nodes, "q" * 64))
+        if build % 2:  # the tidy channel's writes: half the index's churn
+            before = _full_text_bytes(path)[0]
+            store.tidy()
+            merged += _full_text_bytes(path)[0] < before
+    index, text = _full_text_bytes(path)
+    assert index < 6 * text + (1 << 20), (index, text)
+    assert merged >= 1
+    state = tidy.live_state()
+    assert len(tidy.query_tree(state.version, vectors[0], 100)) == 61
