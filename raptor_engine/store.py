@@ -53,6 +53,7 @@ import json
 import logging
 import re
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -469,6 +470,8 @@ class ChannelStore:
             "asked_by": record.asked_by,
             "answered_at": record.answered_at,
             "votes": json.dumps(record.votes, sort_keys=True),
+            # Orders answers kept within one second (answered_at has seconds) for pruning.
+            "kept_ns": time.time_ns(),
         }
         if record.source_ids:
             metadata["sources"] = list(record.source_ids)
@@ -486,8 +489,9 @@ class ChannelStore:
             if answers.count() <= keep + max(10, keep // 10):
                 return 0
             got = answers.get(include=["metadatas"])
-            ages = sorted(zip(((m or {}).get("answered_at", "") for m in got["metadatas"]), got["ids"]))
-            doomed = [answer_id for _, answer_id in ages[: len(ages) - keep]]
+            ages = sorted(((m or {}).get("answered_at", ""), (m or {}).get("kept_ns", 0), answer_id)
+                          for m, answer_id in zip(got["metadatas"], got["ids"]))
+            doomed = [answer_id for _, _, answer_id in ages[: len(ages) - keep]]
             for start, end in _batches(len(doomed), self._client.get_max_batch_size()):
                 answers.delete(ids=doomed[start:end])
         return len(doomed)
