@@ -11,6 +11,13 @@ and has no garbage collector to take them later (chroma-core/chroma issue 5259):
 - free pages in ``chroma.sqlite3``: Chroma uses ``journal_mode=delete`` without
   ``auto_vacuum``, so the file never shrinks by itself.
 
+Every look at or change of ``chroma.sqlite3`` runs in a child process (:func:`_in_child`),
+never in the process holding Chroma's client: Chroma links its own copy of SQLite, and two
+copies of SQLite in one process do not see each other's POSIX locks (closing a connection of
+one drops the other's locks: sqlite.org/howtocorrupt.html, 2.2.1). A merge of the full-text
+index made from the bot's own process corrupted the database in a soak ("database disk image
+is malformed"); from a child process, SQLite's locking works as between any two processes.
+
 :func:`reclaim` takes all three back, for an embedded data directory only: a Chroma
 server's files are its own (its operator can run ``chroma vacuum`` on them).
 
@@ -23,6 +30,7 @@ vacuum waited up to 0.6 s and none failed.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -30,8 +38,10 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import closing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raptor_engine.errors import StoreError
 
@@ -85,7 +95,7 @@ def reclaim(path: Path, always_compact: bool = True) -> Reclaimed:
         _remove(directory)
     database = path / DATABASE
     before = _file_size(database)
-    if always_compact or _worth_compacting(database):
+    if always_compact or _in_child("worth", database):
         compact(path)
     after = _file_size(database)
     return Reclaimed(len(orphans), orphan_bytes, before, after)
@@ -106,7 +116,7 @@ def orphan_segment_dirs(path: Path) -> list[Path]:
         raise StoreError(f"cannot list the Chroma data directory {path}: {exc}") from exc
     if not candidates:
         return []
-    live = _live_segments(path / DATABASE)
+    live = live_segments(path)
     return sorted(entry for entry in candidates if entry.name not in live)
 
 
@@ -123,7 +133,7 @@ def compact(path: Path) -> None:
     It costs a process start (about 1 s) against 0.1 s for SQLite's ``VACUUM``; it runs
     after a channel is dropped, which is rare.
     """
-    _merge_full_text_index(path / DATABASE)
+    _in_child("merge", path / DATABASE)
     command = [_chroma_command(), "vacuum", "--path", str(path), "--force", "--timeout", str(BUSY_TIMEOUT_S)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=VACUUM_TIMEOUT_S, check=False)
@@ -144,52 +154,69 @@ def tidy_full_text_index(path: Path) -> bool:
     index's segments merge. SQLite's automatic merging did not keep up: in a 15-minute
     soak (480 rebuilds) the index grew to 13.9 MB for 1.2 MB of text, and the data
     directory from 25 to 36 MB; merged, it was 3.4 MB. Raises ``StoreError``."""
-    database = path / DATABASE
-    try:
-        with _connected(database, read_only=True) as connection:
-            if not connection.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FULL_TEXT_INDEX,)).fetchone():
-                return False
-            index = connection.execute(f"SELECT total(length(block)) FROM {FULL_TEXT_INDEX}_data").fetchone()[0]
-            text = connection.execute(f"SELECT total(length(c0)) FROM {FULL_TEXT_INDEX}_content").fetchone()[0]
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot measure Chroma's full-text index in {database}: {exc}") from exc
+    index, text = full_text_bytes(path)
     if index < FULL_TEXT_BLOAT * text + WORTH_COMPACTING_BYTES:
         return False
-    _merge_full_text_index(database)
+    _in_child("merge", path / DATABASE)
     log.info("merged Chroma's full-text index (%.1f MB for %.1f MB of text)", index / 1e6, text / 1e6)
     return True
 
 
-def _live_segments(database: Path) -> set[str]:
-    """The ids of every segment Chroma's database names."""
+def live_segments(path: Path) -> set[str]:
+    """The ids of every segment the database of the embedded data directory ``path`` names."""
+    return set(_in_child("segments", path / DATABASE))
+
+
+def full_text_bytes(path: Path) -> tuple[float, float]:
+    """(index, text): bytes of Chroma's full-text index in the embedded data directory
+    ``path``, and of the documents it indexes; (0, 0) where there is none."""
+    index, text = _in_child("measure", path / DATABASE)
+    return float(index), float(text)
+
+
+def _in_child(task: str, database: Path) -> Any:
+    """Runs ``task`` (a key of :data:`_TASKS`) on ``database`` in a child Python process and
+    returns its result (see the module docstring for why). Costs a process start that
+    imports nothing heavy (about 0.1 s). Raises ``StoreError`` if it fails."""
+    command = [sys.executable, "-m", "raptor_engine.reclaim", task, str(database)]
     try:
-        with _connected(database, read_only=True) as connection:
-            return {str(row[0]) for row in connection.execute("SELECT id FROM segments")}
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read Chroma's segments from {database}: {exc}") from exc
+        done = subprocess.run(command, capture_output=True, text=True, timeout=VACUUM_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StoreError(f"cannot {task} Chroma's database {database}: {exc}") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip() or f"exit status {done.returncode}").splitlines()[-1]
+        raise StoreError(f"cannot {task} Chroma's database {database}: {last}")
+    return json.loads(done.stdout)
+
+
+def _measure(database: Path) -> tuple[float, float]:
+    with _connected(database, read_only=True) as connection:
+        if not connection.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FULL_TEXT_INDEX,)).fetchone():
+            return 0.0, 0.0
+        index = connection.execute(f"SELECT total(length(block)) FROM {FULL_TEXT_INDEX}_data").fetchone()[0]
+        text = connection.execute(f"SELECT total(length(c0)) FROM {FULL_TEXT_INDEX}_content").fetchone()[0]
+    return float(index), float(text)
+
+
+def _live_segments(database: Path) -> list[str]:
+    """The ids of every segment Chroma's database names."""
+    with _connected(database, read_only=True) as connection:
+        return sorted(str(row[0]) for row in connection.execute("SELECT id FROM segments"))
 
 
 def _merge_full_text_index(database: Path) -> None:
-    try:
-        with _connected(database, read_only=False) as connection:
-            exists = connection.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = ?", (FULL_TEXT_INDEX,)
-            ).fetchone()
-            if exists:  # a database of another Chroma version may lack it: nothing to merge then
-                connection.execute(f"INSERT INTO {FULL_TEXT_INDEX}({FULL_TEXT_INDEX}) VALUES ('optimize')")
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot merge Chroma's full-text index in {database}: {exc}") from exc
+    with _connected(database, read_only=False) as connection:
+        exists = connection.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FULL_TEXT_INDEX,)).fetchone()
+        if exists:  # a database of another Chroma version may lack it: nothing to merge then
+            connection.execute(f"INSERT INTO {FULL_TEXT_INDEX}({FULL_TEXT_INDEX}) VALUES ('optimize')")
 
 
 def _worth_compacting(database: Path) -> bool:
     """Whether enough of the file is free pages to pay for rewriting it."""
-    try:
-        with _connected(database, read_only=True) as connection:
-            page_size = int(connection.execute("PRAGMA page_size").fetchone()[0])
-            pages = int(connection.execute("PRAGMA page_count").fetchone()[0])
-            free = int(connection.execute("PRAGMA freelist_count").fetchone()[0])
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read the free space of {database}: {exc}") from exc
+    with _connected(database, read_only=True) as connection:
+        page_size = int(connection.execute("PRAGMA page_size").fetchone()[0])
+        pages = int(connection.execute("PRAGMA page_count").fetchone()[0])
+        free = int(connection.execute("PRAGMA freelist_count").fetchone()[0])
     return free * page_size >= WORTH_COMPACTING_BYTES and free >= WORTH_COMPACTING_SHARE * pages
 
 
@@ -231,3 +258,41 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size if path.is_file() else 0
     except OSError:
         return 0
+
+
+def _integrity(database: Path) -> str:
+    """SQLite's own check of the whole file: "ok", or what is wrong."""
+    with _connected(database, read_only=True) as connection:
+        return "; ".join(str(row[0]) for row in connection.execute("PRAGMA integrity_check"))
+
+
+def integrity(path: Path) -> str:
+    """SQLite's check of the embedded data directory ``path``'s database, made from a child
+    process (safe while this process's client is open): "ok", or what is wrong."""
+    return str(_in_child("check", path / DATABASE))
+
+
+# What a child process of :func:`_in_child` can do, by name; each returns something JSON can carry.
+_TASKS: dict[str, Callable[[Path], Any]] = {
+    "segments": _live_segments,
+    "worth": _worth_compacting,
+    "merge": _merge_full_text_index,
+    "measure": _measure,
+    "check": _integrity,
+}
+
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m raptor_engine.reclaim TASK DATABASE``: prints the task's result as JSON."""
+    task, database = argv
+    try:
+        result = _TASKS[task](Path(database))
+    except (sqlite3.Error, KeyError) as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

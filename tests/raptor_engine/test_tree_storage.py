@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from raptor_engine.errors import StoreError
+from raptor_engine.reclaim import full_text_bytes, integrity
 from raptor_engine.store import TREE_SLOTS, ChannelStore, ChromaStore, TreeState
 from raptor_engine.types import ChannelKey, Node
 from tests.conftest import REPO, start_chroma_server
@@ -302,16 +304,6 @@ def test_a_server_killed_after_a_write_comes_back_whole(tmp_path: Path) -> None:
         server.wait(timeout=15)
 
 
-def _full_text_bytes(path: Path) -> tuple[float, float]:
-    """(index, text) bytes of Chroma's full-text index in an embedded directory."""
-    import sqlite3
-
-    with sqlite3.connect(path / "chroma.sqlite3") as connection:
-        index = connection.execute("SELECT total(length(block)) FROM embedding_fulltext_search_data").fetchone()[0]
-        text = connection.execute("SELECT total(length(c0)) FROM embedding_fulltext_search_content").fetchone()[0]
-    return index, text
-
-
 def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel: ChannelKey) -> None:
     """Every rebuild writes its tree over an older one's records; the full-text index keeps
     each overwritten document as a deletion marker until merged. Tidied after rebuilds, as
@@ -330,11 +322,47 @@ def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel
             one.write_tree(build, nodes, vectors)
             assert one.switch_to(_state(build, nodes, "q" * 64))
         if build % 2:  # the tidy channel's writes: half the index's churn
-            before = _full_text_bytes(path)[0]
+            before = full_text_bytes(path)[0]
             store.tidy()
-            merged += _full_text_bytes(path)[0] < before
-    index, text = _full_text_bytes(path)
+            merged += full_text_bytes(path)[0] < before
+    index, text = full_text_bytes(path)
     assert index < 6 * text + (1 << 20), (index, text)
     assert merged >= 1
+    assert integrity(path) == "ok"  # merged beside a client writing in this very process
     state = tidy.live_state()
     assert len(tidy.query_tree(state.version, vectors[0], 100)) == 61
+
+
+def test_merging_the_full_text_index_beside_a_writing_client_breaks_nothing(tmp_path: Path) -> None:
+    """The merge runs in a child process while this process's client writes. Made from this
+    process instead, with Python's own copy of SQLite beside Chroma's, it corrupted the
+    database in a soak and hung this very test: the two copies do not see each other's locks."""
+    from raptor_engine.reclaim import _in_child
+
+    path = tmp_path / "chroma"
+    store = ChromaStore.embedded(path)
+    collection = store._client.get_or_create_collection("stress", embedding_function=None)
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        rng = np.random.default_rng(0)
+        for round_ in range(10_000):
+            if stop.is_set():
+                return
+            try:
+                collection.upsert(ids=[str(i) for i in range(50)], embeddings=rng.random((50, DIM)).astype(np.float32),
+                                  documents=[f"text {i} of round {round_} " * 30 for i in range(50)])
+            except Exception as exc:  # noqa: BLE001  # any failure of a write is the finding
+                failures.append(repr(exc))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(10):
+            _in_child("merge", path / "chroma.sqlite3")
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert failures == [] and integrity(path) == "ok"
+    assert collection.count() == 50
