@@ -49,7 +49,7 @@ from raptor_engine.types import ChannelKey
 
 TARGET_RATIO = 2.0  # whole build / embedding only
 TARGET_PEAK_MIB = 2.5 * 1024  # 2.5 GiB
-REBUILD_STAGES = ("load", "cluster", "summarise", "embed summaries", "store", "index")
+REBUILD_STAGES = ("load", "cluster", "summarise", "embed summaries", "store", "index", "tidy")
 
 
 @dataclass(frozen=True, slots=True)

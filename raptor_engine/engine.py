@@ -472,8 +472,10 @@ class Engine:
                 stages["store"] = time.perf_counter() - started
                 started = time.perf_counter()
                 await asyncio.to_thread(self._warm_indexes, key, channel)
-                await asyncio.to_thread(self._tidy_store, key)
                 stages["index"] = time.perf_counter() - started
+                started = time.perf_counter()
+                await asyncio.to_thread(self._tidy_store, key)
+                stages["tidy"] = time.perf_counter() - started
             except SpendingLimitReached as exc:
                 channel.discard_tree(version)
                 raise SpendingLimitReached(

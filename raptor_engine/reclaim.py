@@ -37,8 +37,8 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,13 +89,17 @@ def reclaim(path: Path, always_compact: bool = True) -> Reclaimed:
     directory one process uses (the bot's data-directory lock sees to that). Raises
     ``StoreError`` if a step fails; what was done stays done.
     """
-    orphans = orphan_segment_dirs(path)
+    database = path / DATABASE
+    candidates = _segment_dirs(path)  # listed before the table is read: see orphan_segment_dirs
+    # One child process for both looks: this runs at every open of the store.
+    survey = _in_child("survey", database)
+    live = set(survey["segments"])
+    orphans = sorted(entry for entry in candidates if entry.name not in live)
     orphan_bytes = sum(_size(directory) for directory in orphans)
     for directory in orphans:
         _remove(directory)
-    database = path / DATABASE
     before = _file_size(database)
-    if always_compact or _in_child("worth", database):
+    if always_compact or survey["worth"]:
         compact(path)
     after = _file_size(database)
     return Reclaimed(len(orphans), orphan_bytes, before, after)
@@ -110,14 +114,19 @@ def orphan_segment_dirs(path: Path) -> list[Path]:
     directory made meanwhile (by a collection created in another thread) is named by
     what is read, and never taken for an orphan.
     """
-    try:
-        candidates = [entry for entry in path.iterdir() if entry.is_dir() and _SEGMENT_DIR.match(entry.name)]
-    except OSError as exc:
-        raise StoreError(f"cannot list the Chroma data directory {path}: {exc}") from exc
+    candidates = _segment_dirs(path)
     if not candidates:
         return []
     live = live_segments(path)
     return sorted(entry for entry in candidates if entry.name not in live)
+
+
+def _segment_dirs(path: Path) -> list[Path]:
+    """The directories under ``path`` named like a segment (a UUID)."""
+    try:
+        return [entry for entry in path.iterdir() if entry.is_dir() and _SEGMENT_DIR.match(entry.name)]
+    except OSError as exc:
+        raise StoreError(f"cannot list the Chroma data directory {path}: {exc}") from exc
 
 
 def compact(path: Path) -> None:
@@ -134,7 +143,7 @@ def compact(path: Path) -> None:
     after a channel is dropped, which is rare.
     """
     _in_child("merge", path / DATABASE)
-    command = [_chroma_command(), "vacuum", "--path", str(path), "--force", "--timeout", str(BUSY_TIMEOUT_S)]
+    command = [chroma_command(), "vacuum", "--path", str(path), "--force", "--timeout", str(BUSY_TIMEOUT_S)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=VACUUM_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -146,8 +155,9 @@ def compact(path: Path) -> None:
 
 def tidy_full_text_index(path: Path) -> bool:
     """Merges Chroma's full-text index of the embedded data directory ``path`` if deleted
-    entries make up most of it; True if it did. Cheap when there is nothing to do (two
-    counts, milliseconds); a merge took 0.3 s for a 14 MB index.
+    entries make up most of it; True if it did. When there is nothing to do it costs a child
+    process (about 0.1 s, see :func:`_in_child`) and two counts; a merge took 0.3 s for a
+    14 MB index.
 
     Why: a rebuild writes its tree over the records of an older one, and FTS5 records each
     overwritten document as a deletion marker beside the old entries, gone only when the
@@ -230,7 +240,7 @@ def _connected(database: Path, read_only: bool) -> closing[sqlite3.Connection]:
     return closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None))
 
 
-def _chroma_command() -> str:
+def chroma_command() -> str:
     """Chroma's command line: beside this Python (a virtual environment), else on the PATH."""
     beside = Path(sys.executable).parent / "chroma"
     found = str(beside) if beside.is_file() else shutil.which("chroma")
@@ -272,6 +282,12 @@ def integrity(path: Path) -> str:
     return str(_in_child("check", path / DATABASE))
 
 
+def _survey(database: Path) -> dict[str, Any]:
+    """What :func:`reclaim` needs to know, in one child process: the live segments, and
+    whether compacting is worth it."""
+    return {"segments": _live_segments(database), "worth": _worth_compacting(database)}
+
+
 # What a child process of :func:`_in_child` can do, by name; each returns something JSON can carry.
 _TASKS: dict[str, Callable[[Path], Any]] = {
     "segments": _live_segments,
@@ -279,6 +295,7 @@ _TASKS: dict[str, Callable[[Path], Any]] = {
     "merge": _merge_full_text_index,
     "measure": _measure,
     "check": _integrity,
+    "survey": _survey,
 }
 
 
