@@ -7,14 +7,13 @@ the store is Chroma itself, and the server is Chroma's own `chroma run` on
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
 from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
+from raptor_engine.reclaim import chroma_command  # noqa: E402
 from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
 
@@ -69,20 +69,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def chroma_executable() -> str:
-    beside_python = Path(sys.executable).parent / "chroma"
-    found = str(beside_python) if beside_python.exists() else shutil.which("chroma")
-    if not found:
-        raise RuntimeError("the `chroma` command is not installed (pip install chromadb)")
-    return found
-
-
 def start_chroma_server(path: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     """Starts `chroma run` on a free port of 127.0.0.1 and waits until it listens."""
     port = free_port()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [chroma_executable(), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+            [chroma_command(), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -138,3 +130,16 @@ def channel() -> ChannelKey:
 
 
 SAMPLE = REPO / "bot" / "samples" / "aurora-handbook.md"
+
+
+def traces(store: ChromaStore, needles: Sequence[str]) -> list[str]:
+    """Where any of ``needles`` (lower case) occurs in any record of any collection of the store."""
+    client = store._client  # the whole database, not just what the engine's API shows
+    found = []
+    for listed in client.list_collections():
+        name = str(getattr(listed, "name", listed))
+        got = client.get_collection(name, embedding_function=None).get(include=["documents", "metadatas"])
+        for record_id, document, metadata in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
+            text = " ".join((record_id, document or "", json.dumps(metadata or {}))).lower()
+            found += [f"{name}/{record_id}: {needle}" for needle in needles if needle in text]
+    return found

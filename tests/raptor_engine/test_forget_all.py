@@ -5,7 +5,6 @@ free pages and full-text index) is reclaimed. Real engine, embedded Chroma and a
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import threading
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from raptor_engine.reclaim import integrity, live_segments, orphan_segment_dirs
 from raptor_engine.store import REGISTRY_COLLECTION, ChromaStore, channel_digest
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document
-from tests.conftest import SAMPLE, make_engine
+from tests.conftest import SAMPLE, make_engine, traces
 
 SECRET = (
     "The Quillorbant archive stores the zephyrine ledgers of the Marrowfield cooperative. "
@@ -78,19 +77,6 @@ def collections_of(store: ChromaStore, key: ChannelKey) -> list[str]:
 
 def size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def traces(store: ChromaStore, needles: Sequence[str]) -> list[str]:
-    """Where any of ``needles`` (lower case) occurs in any record of any collection of the store."""
-    client = store._client
-    found = []
-    for listed in client.list_collections():
-        name = str(getattr(listed, "name", listed))
-        got = client.get_collection(name, embedding_function=None).get(include=["documents", "metadatas"])
-        for record_id, document, metadata in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
-            text = " ".join((record_id, document or "", json.dumps(metadata or {}))).lower()
-            found += [f"{name}/{record_id}: {needle}" for needle in needles if needle in text]
-    return found
 
 
 def works_again(engine: Engine, key: ChannelKey) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import SEGMENT_CHARS, ChromaStore, SourceState, channel_digest
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document
-from tests.conftest import make_engine
+from tests.conftest import make_engine, traces
 from tests.fakes.openai_stub import Behaviour, OpenAIStub, running_stub
 
 RARE_WORDS = ("quillorbant", "zephyrine", "marrowfield", "snorkelwick")
@@ -50,19 +49,6 @@ WIDE = RetrievalSettings(top_k=1000, budget=100_000)
 
 def build(engine: Engine, key: ChannelKey) -> Any:
     return asyncio.run(engine.rebuild(key))
-
-
-def traces(store: ChromaStore, needles: Sequence[str]) -> list[str]:
-    """Where any of ``needles`` (lower case) occurs in any record of any collection of the store."""
-    client = store._client  # the whole database, not just what the engine's API shows
-    found = []
-    for listed in client.list_collections():
-        name = str(getattr(listed, "name", listed))
-        got = client.get_collection(name, embedding_function=None).get(include=["documents", "metadatas"])
-        for record_id, document, metadata in zip(got["ids"], got["documents"] or [], got["metadatas"] or []):
-            text = " ".join((record_id, document or "", json.dumps(metadata or {}))).lower()
-            found += [f"{name}/{record_id}: {needle}" for needle in needles if needle in text]
-    return found
 
 
 def secret_traces(store: ChromaStore, source_id: str) -> list[str]:
