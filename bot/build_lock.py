@@ -16,15 +16,13 @@ has one process (see :mod:`bot.data_lock`).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.data_lock import command_line, read_holder
+from bot.data_lock import LockHeld, take_lock_file
 from raptor_engine.errors import BuildBusy
 from raptor_engine.store import channel_digest
 from raptor_engine.types import ChannelKey
@@ -49,17 +47,11 @@ class MachineBuildLocks:
         """Holds ``key``'s build lock for the block. Raises ``BuildBusy`` at once if another
         open lock (another process, or another rebuild of this one) holds it."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        # O_CLOEXEC (Python's default): a spawned worker must not keep the lock alive.
-        fd = os.open(self.directory / f"{channel_digest(key)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise BuildBusy(read_holder(fd)) from None
-                raise
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n{command_line()}\n".encode(), 0)
+            fd = take_lock_file(self.directory / f"{channel_digest(key)}.lock")
+        except LockHeld as held_elsewhere:
+            raise BuildBusy(held_elsewhere.holder) from None
+        try:
             yield
         finally:
             os.close(fd)  # releases the lock

@@ -66,27 +66,48 @@ def lock_data_dir(directory: Path) -> DataLock:
         if held is not None:
             return held
         directory.mkdir(parents=True, exist_ok=True)
-        # O_CLOEXEC (Python's default): a spawned child must never inherit the lock and
-        # keep it alive after this process dies.
-        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = read_holder(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DataDirInUse(directory, holder) from None
-            raise
-        # Only the holder writes the file, and only once it holds the lock.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{command_line()}\n".encode(), 0)
+            fd = take_lock_file(directory / LOCK_NAME)
+        except LockHeld as held_elsewhere:
+            raise DataDirInUse(directory, held_elsewhere.holder) from None
         lock = DataLock(directory, fd)
         _held[directory] = lock
     log.debug("holding the lock of %s", directory)
     return lock
 
 
-def read_holder(fd: int) -> str:
+class LockHeld(Exception):
+    """Another open lock file holds the lock; ``holder`` describes its process."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def take_lock_file(path: Path) -> int:
+    """Opens ``path`` (created if missing) and takes an exclusive ``flock`` on it without
+    waiting; writes this process's pid and command line into it and returns the open file
+    descriptor, whose closing releases the lock. Raises ``LockHeld`` naming the holder if
+    another open file holds it (another process, or another open in this one), ``OSError``
+    if the file cannot be opened or locked otherwise."""
+    # O_CLOEXEC (Python's default): a spawned child must never inherit the lock and
+    # keep it alive after this process dies.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = _read_holder(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise LockHeld(holder) from None
+        raise
+    # Only the holder writes the file, and only once it holds the lock.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n{_command_line()}\n".encode(), 0)
+    return fd
+
+
+def _read_holder(fd: int) -> str:
     """'process 1234 (python -m bot chat)' from the lock file; less when the holder has not
     written it yet."""
     try:
@@ -100,7 +121,7 @@ def read_holder(fd: int) -> str:
     return f"process {pid}" + (f" ({command})" if command else "")
 
 
-def command_line() -> str:
+def _command_line() -> str:
     """This process's command line as ``ps`` shows it (``python -m bot ingest ...``)."""
     try:
         raw = Path("/proc/self/cmdline").read_bytes()
