@@ -57,8 +57,9 @@ VACUUM_TIMEOUT_S = 600  # a whole rewrite of the file: seconds for hundreds of M
 WORTH_COMPACTING_SHARE = 0.25
 WORTH_COMPACTING_BYTES = 1 << 20
 # A merged trigram index is about three times its text (2.9x measured); past this many times,
-# deleted entries are most of it.
-FULL_TEXT_BLOAT = 6
+# deleted entries are a quarter of it. Merging then keeps SQLite's file from growing to hold
+# them (the pages they free are reused), at a fraction of a second per merge.
+FULL_TEXT_BLOAT = 4
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -155,7 +156,7 @@ def compact(path: Path) -> None:
 
 def tidy_full_text_index(path: Path) -> bool:
     """Merges Chroma's full-text index of the embedded data directory ``path`` if deleted
-    entries make up most of it; True if it did. When there is nothing to do it costs a child
+    entries make up a quarter of it (see ``FULL_TEXT_BLOAT``); True if it did. When there is nothing to do it costs a child
     process (about 0.1 s, see :func:`_in_child`) and two counts; a merge took 0.3 s for a
     14 MB index.
 
@@ -175,6 +176,12 @@ def tidy_full_text_index(path: Path) -> bool:
 def live_segments(path: Path) -> set[str]:
     """The ids of every segment the database of the embedded data directory ``path`` names."""
     return set(_in_child("segments", path / DATABASE))
+
+
+def worth_compacting(path: Path) -> bool:
+    """Whether free pages are at least a quarter of the embedded data directory ``path``'s
+    database, and 1 MiB: then compacting it (:func:`reclaim`) pays for rewriting the file."""
+    return bool(_in_child("worth", path / DATABASE))
 
 
 def full_text_bytes(path: Path) -> tuple[float, float]:

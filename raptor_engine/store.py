@@ -74,7 +74,10 @@ log = logging.getLogger(__name__)
 REGISTRY_COLLECTION = "rc-channels"
 SEGMENT_CHARS = 100_000  # source text is stored in segments of this many characters
 _PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
-TREE_SLOTS = 3  # the served tree, the previous one (readers in flight), and one being built
+# The served tree and one being built. The one served before stays readable (for queries in
+# flight) until the next build writes over it: a third slot kept a third copy of every tree,
+# the largest part of a channel's storage, for readers that finish in milliseconds.
+TREE_SLOTS = 2
 _LEGACY = -1  # the slot of a tree kept in a collection of its own, as older stores did
 # Chroma writes every record to its log (SQLite), with its vector and text, before answering,
 # and replays the log into the vector index on open; the index itself is saved, and the log
@@ -168,7 +171,7 @@ class ChromaStore:
         """Chroma embedded in this process, persisted under ``path``.
 
         What a crash between dropping a channel and reclaiming its space left behind is
-        reclaimed here, cheaply (:meth:`reclaim` with ``at_open``); a failure of that is
+        reclaimed here, cheaply (:meth:`reclaim` with ``only_if_worth``); a failure of that is
         logged, not raised: the store works without it.
         """
         import chromadb
@@ -179,7 +182,7 @@ class ChromaStore:
             client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
         store = cls(client, path)
         try:
-            store.reclaim(at_open=True)
+            store.reclaim(only_if_worth=True)
         except StoreError as exc:
             log.warning("could not reclaim the space Chroma left in %s (the next forget tries again): %s", path, exc)
         return store
@@ -244,11 +247,12 @@ class ChromaStore:
         _register(self._client, key, digest)
         return ChannelStore(self._client, key, digest)
 
-    def reclaim(self, at_open: bool = False) -> Reclaimed | None:
+    def reclaim(self, only_if_worth: bool = False) -> Reclaimed | None:
         """Gives back the disk space embedded Chroma keeps after collections are deleted (a
         dropped channel's): removes their segment directories and compacts its SQLite file
-        (see ``reclaim.py``). ``at_open``: the cheap check, which compacts only a file that
-        is largely free pages. Safe while this store is in use (from any thread).
+        (see ``reclaim.py``). ``only_if_worth``: the cheap check (at open, after a merge),
+        which compacts only a file that is largely free pages. Safe while this store is in
+        use (from any thread).
 
         On a Chroma server this does nothing and returns None: dropping collections is all a
         client can do there. The server keeps their segment directories (chroma issue 5259)
@@ -258,7 +262,7 @@ class ChromaStore:
         if self._path is None:
             return None
         with self._reclaiming:
-            reclaimed = reclaim(self._path, always_compact=not at_open)
+            reclaimed = reclaim(self._path, always_compact=not only_if_worth)
         if reclaimed.freed > 0:
             log.info("reclaimed %.2f MB in %s (%d orphan segment directories; SQLite file %.2f -> %.2f MB)",
                      reclaimed.freed / 1e6, self._path, reclaimed.orphans,
@@ -267,13 +271,18 @@ class ChromaStore:
 
     def tidy(self) -> None:
         """Keeps what rebuilds leave behind from piling up: on the embedded store, merges
-        Chroma's full-text index once deleted entries make up most of it (see
-        ``reclaim.tidy_full_text_index``). Nothing on a Chroma server, whose files are its
+        Chroma's full-text index once deleted entries make up a quarter of it (see
+        ``reclaim.tidy_full_text_index``), then compacts the file if that left it a quarter
+        free. Nothing on a Chroma server, whose files are its
         own. Safe while the store is in use. Raises ``StoreError``."""
         if self._path is None:
             return
         with self._reclaiming:
-            tidy_full_text_index(self._path)
+            merged = tidy_full_text_index(self._path)
+        if merged:
+            # The merge freed the old index's pages: the file is compacted if they make it
+            # a quarter free (a rewrite of the file, about a second in a child process).
+            self.reclaim(only_if_worth=True)
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
@@ -624,8 +633,8 @@ class ChannelStore:
     # -- trees -------------------------------------------------------------
     #
     # Trees live in one collection per channel, ``rc-<digest>-tree``: a pool of records
-    # in TREE_SLOTS slots, ids ``<slot>:<k>``. A build writes its tree into a slot that is
-    # neither served nor the previous one, over the records a former tree left there
+    # in TREE_SLOTS slots, ids ``<slot>:<k>``. A build writes its tree into the slot that is
+    # not served (the previous tree's), over the records a former tree left there
     # (an upsert of an existing id updates Chroma's vector index in place; a delete only
     # marks it, and single-node Chroma never reclaims a deleted record or collection:
     # chroma-core/chroma issue 5259). Each record names its tree by a tag, unique to the
@@ -718,12 +727,16 @@ class ChannelStore:
         self.live_state()
 
     def _free_slot(self) -> int:
-        """The first slot holding neither the served tree nor the previous one."""
-        used = {place.slot for place in self._served_places().values()}
-        return min(slot for slot in range(TREE_SLOTS) if slot not in used)
+        """The first slot not holding the served tree, preferring one the previous tree is not in."""
+        places = self._served_places()
+        served = places[max(places)].slot if places else None
+        open_slots = [slot for slot in range(TREE_SLOTS) if slot != served]
+        untouched = [slot for slot in open_slots if slot not in {p.slot for p in places.values()}]
+        return min(untouched or open_slots)
 
     def _claim(self, slot: int) -> None:
-        if slot in {place.slot for place in self._served_places().values()}:
+        places = self._served_places()
+        if places and places[max(places)].slot == slot:
             raise StoreError("another rebuild of this channel finished meanwhile and its tree is served")
 
     def _served_places(self) -> dict[int, _Place]:
@@ -766,6 +779,11 @@ class ChannelStore:
                     if m.get("version") is not None and int(m["version"]) < served.version and m["tree"] not in keep}
             for tag in sorted(dead):
                 self._free(pool, pool.get(where={"tree": tag}, include=[])["ids"])
+            # Stores written before TREE_SLOTS was 2 have a third slot: its records go once its tree is out of use.
+            beyond = pool.get(where={"slot": {"$gte": TREE_SLOTS}}, include=["metadatas"])
+            unused = [rid for rid, m in zip(beyond["ids"], beyond["metadatas"] or []) if m.get("tree") not in keep]
+            for start, end in _batches(len(unused), self._client.get_max_batch_size()):
+                pool.delete(ids=unused[start:end])
 
     def _place_of(self, state: TreeState) -> _Place:
         if state.tag:

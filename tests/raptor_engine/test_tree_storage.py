@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from raptor_engine.errors import StoreError
-from raptor_engine.reclaim import full_text_bytes, integrity
+from raptor_engine.reclaim import FULL_TEXT_BLOAT, full_text_bytes, integrity, worth_compacting
 from raptor_engine.store import TREE_SLOTS, ChannelStore, ChromaStore, TreeState
 from raptor_engine.types import ChannelKey, Node
 from tests.conftest import REPO, start_chroma_server
@@ -304,11 +304,31 @@ def test_a_server_killed_after_a_write_comes_back_whole(tmp_path: Path) -> None:
         server.wait(timeout=15)
 
 
+def test_a_store_kept_in_three_slots_drops_the_third_once_its_tree_is_out_of_use(
+    tmp_path: Path, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stores written when a channel kept three trees (served, previous, one being built): the
+    first build after the upgrade leaves the third slot's tree as the previous one; the
+    next drops its records, and the tree served last still answers."""
+    store = ChromaStore.embedded(tmp_path / "chroma").channel(channel)
+    monkeypatch.setattr("raptor_engine.store.TREE_SLOTS", 3)
+    for seed in range(3):
+        _build(store, "a" * 64, 20, seed)
+    assert store.live_state().slot == 2
+    monkeypatch.undo()
+    _build(store, "a" * 64, 20, 3)
+    assert {m["slot"] for m in store._pool().get(include=["metadatas"])["metadatas"]} == {0, 1, 2}
+    nodes, vectors = _build(store, "a" * 64, 20, 4)
+    assert {m["slot"] for m in store._pool().get(include=["metadatas"])["metadatas"]} == {0, 1}
+    assert store.query_tree(store.live_state().version, vectors[5], 1)[0].node.text == nodes[5].text
+
+
 def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel: ChannelKey) -> None:
     """Every rebuild writes its tree over an older one's records; the full-text index keeps
     each overwritten document as a deletion marker until merged. Tidied after rebuilds, as
-    the engine does, it is merged whenever it passes six times its text (it does here: a
-    tidy merges only then), and queries still find every node."""
+    the engine does, it is merged whenever it passes FULL_TEXT_BLOAT times its text (it does here: a
+    tidy merges only then), the pages a merge frees are given back, and queries still find
+    every node."""
     path = tmp_path / "chroma"
     store = ChromaStore.embedded(path)
     tidy = store.channel(channel)
@@ -324,9 +344,11 @@ def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel
         if build % 2:  # the tidy channel's writes: half the index's churn
             before = full_text_bytes(path)[0]
             store.tidy()
-            merged += full_text_bytes(path)[0] < before
+            if full_text_bytes(path)[0] < before:  # merged: the pages it freed are given back
+                merged += 1
+                assert not worth_compacting(path)
     index, text = full_text_bytes(path)
-    assert index < 6 * text + (1 << 20), (index, text)
+    assert index < FULL_TEXT_BLOAT * text + (1 << 20), (index, text)
     assert merged >= 1
     assert integrity(path) == "ok"  # merged beside a client writing in this very process
     state = tidy.live_state()
