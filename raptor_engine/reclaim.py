@@ -141,7 +141,7 @@ def compact(path: Path) -> None:
     both leave it working (queries, writes, a new collection), and a collection with 50
     writes only in its log at the vacuum, killed after it, came back whole (270 of 270).
     It costs a process start (about 1 s) against 0.1 s for SQLite's ``VACUUM``; it runs
-    after a channel is dropped, which is rare.
+    after a channel is dropped, and after a rebuild that left enough to reclaim (:func:`tidy`).
     """
     _in_child("merge", path / DATABASE)
     command = [chroma_command(), "vacuum", "--path", str(path), "--force", "--timeout", str(BUSY_TIMEOUT_S)]
@@ -154,22 +154,29 @@ def compact(path: Path) -> None:
         raise StoreError(f"chroma vacuum of {path} failed: {last}")
 
 
-def tidy_full_text_index(path: Path) -> bool:
-    """Merges Chroma's full-text index of the embedded data directory ``path`` if deleted
-    entries make up a quarter of it (see ``FULL_TEXT_BLOAT``); True if it did. When there is nothing to do it costs a child
-    process (about 0.1 s, see :func:`_in_child`) and two counts; a merge took 0.3 s for a
-    14 MB index.
+def tidy(path: Path) -> bool:
+    """Compacts the embedded data directory ``path``'s database (:func:`compact`) if deleted
+    entries make up a quarter of Chroma's full-text index (see ``FULL_TEXT_BLOAT``) or free
+    pages a quarter of the file; True if it did. Meant to run after every rebuild: with
+    nothing to do it costs one child process (about 0.1 s, see :func:`_in_child`); a
+    compaction, a second or so for tens of MB.
 
-    Why: a rebuild writes its tree over the records of an older one, and FTS5 records each
+    Why: a rebuild writes its tree over the records of an older one. FTS5 records each
     overwritten document as a deletion marker beside the old entries, gone only when the
-    index's segments merge. SQLite's automatic merging did not keep up: in a 15-minute
+    index's segments merge, and SQLite's automatic merging did not keep up: in a 15-minute
     soak (480 rebuilds) the index grew to 13.9 MB for 1.2 MB of text, and the data
-    directory from 25 to 36 MB; merged, it was 3.4 MB. Raises ``StoreError``."""
-    index, text = full_text_bytes(path)
-    if index < FULL_TEXT_BLOAT * text + WORTH_COMPACTING_BYTES:
+    directory from 25 to 36 MB; merged, it was 3.4 MB. The pages a merge frees, and those
+    Chroma's write log leaves as it is purged, stay in the file until it is compacted: in
+    the next soak, merging alone left the directory swinging between 1.1x and 1.9x its size
+    after the first cycle. Raises ``StoreError``."""
+    survey = _in_child("survey", path / DATABASE)
+    bloated = survey["index"] >= FULL_TEXT_BLOAT * survey["text"] + WORTH_COMPACTING_BYTES
+    if not (bloated or survey["worth"]):
         return False
-    _in_child("merge", path / DATABASE)
-    log.info("merged Chroma's full-text index (%.1f MB for %.1f MB of text)", index / 1e6, text / 1e6)
+    before = _file_size(path / DATABASE)
+    compact(path)
+    log.info("compacted Chroma's database: %.1f -> %.1f MB (full-text index %.1f MB for %.1f MB of text)",
+             before / 1e6, _file_size(path / DATABASE) / 1e6, survey["index"] / 1e6, survey["text"] / 1e6)
     return True
 
 
@@ -290,9 +297,10 @@ def integrity(path: Path) -> str:
 
 
 def _survey(database: Path) -> dict[str, Any]:
-    """What :func:`reclaim` needs to know, in one child process: the live segments, and
-    whether compacting is worth it."""
-    return {"segments": _live_segments(database), "worth": _worth_compacting(database)}
+    """What :func:`reclaim` and :func:`tidy` need to know, in one child process: the live
+    segments, whether compacting is worth it, and the full-text index's and its text's bytes."""
+    index, text = _measure(database)
+    return {"segments": _live_segments(database), "worth": _worth_compacting(database), "index": index, "text": text}
 
 
 # What a child process of :func:`_in_child` can do, by name; each returns something JSON can carry.

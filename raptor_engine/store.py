@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
-from raptor_engine.reclaim import Reclaimed, reclaim, tidy_full_text_index
+from raptor_engine.reclaim import Reclaimed, reclaim, tidy as tidy_database
 from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Hit, Node, Source, SourceKind
 
 log = logging.getLogger(__name__)
@@ -250,8 +250,8 @@ class ChromaStore:
     def reclaim(self, only_if_worth: bool = False) -> Reclaimed | None:
         """Gives back the disk space embedded Chroma keeps after collections are deleted (a
         dropped channel's): removes their segment directories and compacts its SQLite file
-        (see ``reclaim.py``). ``only_if_worth``: the cheap check (at open, after a merge),
-        which compacts only a file that is largely free pages. Safe while this store is in
+        (see ``reclaim.py``). ``only_if_worth``: the cheap check at open, which compacts
+        only a file that is largely free pages. Safe while this store is in
         use (from any thread).
 
         On a Chroma server this does nothing and returns None: dropping collections is all a
@@ -270,19 +270,14 @@ class ChromaStore:
         return reclaimed
 
     def tidy(self) -> None:
-        """Keeps what rebuilds leave behind from piling up: on the embedded store, merges
-        Chroma's full-text index once deleted entries make up a quarter of it (see
-        ``reclaim.tidy_full_text_index``), then compacts the file if that left it a quarter
-        free. Nothing on a Chroma server, whose files are its
-        own. Safe while the store is in use. Raises ``StoreError``."""
+        """Keeps what rebuilds leave behind from piling up: on the embedded store, compacts
+        Chroma's database once deleted entries are a quarter of its full-text index or free
+        pages a quarter of the file (see ``reclaim.tidy``). Nothing on a Chroma server,
+        whose files are its own. Safe while the store is in use. Raises ``StoreError``."""
         if self._path is None:
             return
         with self._reclaiming:
-            merged = tidy_full_text_index(self._path)
-        if merged:
-            # The merge freed the old index's pages: the file is compacted if they make it
-            # a quarter free (a rewrite of the file, about a second in a child process).
-            self.reclaim(only_if_worth=True)
+            tidy_database(self._path)
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
