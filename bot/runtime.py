@@ -35,6 +35,7 @@ from typing import Any, NoReturn, TypeVar
 
 from bot.config import Config
 from bot.handler import ChatHandler
+from bot.memory import limit_heap_growth
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Source
@@ -82,6 +83,7 @@ async def open_bot(config: Config) -> Bot:
     the embedding model (seconds), so it happens in a worker thread."""
     from bot.composition import build_engine  # imports torch: only when a bot is really opened
 
+    limit_heap_growth()  # before the engine starts its threads: a bot runs for months
     engine = await asyncio.to_thread(build_engine, config)
     return Bot(config, engine)
 
