@@ -128,6 +128,12 @@ def test_judge_passes_a_level_run_and_names_each_growth() -> None:
     assert "+10.0%" in grown[0].figure and "100 -> 105" in grown[1].figure
 
 
+def test_judge_takes_the_data_directory_at_its_largest_after_the_baseline() -> None:
+    swung = soak.judge(sample(), sample(data_mib=12.0), 0, [], peak_data_mib=16.0)
+    data = next(t for t in swung if t.name.startswith("data directory"))
+    assert not data.passed and "16.0 at most (1.60x)" in data.figure
+
+
 def test_judge_fails_every_growth_target_without_a_baseline() -> None:
     targets = soak.judge(None, sample(), 0, [])
     assert [t.passed for t in targets] == [False, True, True]

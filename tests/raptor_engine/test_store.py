@@ -178,7 +178,7 @@ def test_every_collection_keeps_a_short_write_log(any_store: ChromaStore, channe
     thresholds = {c.name: client.get_collection(c.name).configuration_json["hnsw"]["sync_threshold"]
                   for c in client.list_collections() if c.name.startswith(f"rc-{digest}")}
     assert set(thresholds) >= {f"rc-{digest}-{s}" for s in ("src", "leaf-p1", "tree", "answers")}
-    assert set(thresholds.values()) == {100}
+    assert set(thresholds.values()) == {50}
 
 
 def test_only_the_newest_answers_are_kept(any_store: ChromaStore, channel: ChannelKey) -> None:
