@@ -60,6 +60,7 @@ WORTH_COMPACTING_BYTES = 1 << 20
 # deleted entries are a quarter of it. Merging then keeps SQLite's file from growing to hold
 # them (the pages they free are reused), at a fraction of a second per merge.
 FULL_TEXT_BLOAT = 4
+_INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
 _SEGMENT_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -141,7 +142,7 @@ def compact(path: Path) -> None:
     both leave it working (queries, writes, a new collection), and a collection with 50
     writes only in its log at the vacuum, killed after it, came back whole (270 of 270).
     It costs a process start (about 1 s) against 0.1 s for SQLite's ``VACUUM``; it runs
-    after a channel is dropped, and after a rebuild that left enough to reclaim (:func:`tidy`).
+    after a channel is dropped, which is rare (a rebuild's leftovers go with :func:`tidy`).
     """
     _in_child("merge", path / DATABASE)
     command = [chroma_command(), "vacuum", "--path", str(path), "--force", "--timeout", str(BUSY_TIMEOUT_S)]
@@ -154,35 +155,59 @@ def compact(path: Path) -> None:
         raise StoreError(f"chroma vacuum of {path} failed: {last}")
 
 
-def tidy(path: Path) -> bool:
-    """Compacts the embedded data directory ``path``'s database (:func:`compact`) if deleted
-    entries make up a quarter of Chroma's full-text index (see ``FULL_TEXT_BLOAT``) or free
-    pages a quarter of the file; True if it did. Meant to run after every rebuild: with
-    nothing to do it costs one child process (about 0.1 s, see :func:`_in_child`); a
-    compaction, a second or so for tens of MB.
+def tidy(path: Path) -> dict[str, float]:
+    """Gives back what a rebuild left in the embedded data directory ``path``'s database, in
+    one child process (about 0.1 s with nothing to do; see :func:`_in_child`), and returns
+    what it found and did (``index``/``text``: bytes of the full-text index and its text
+    before; ``merged``: 1 if it merged; ``before``/``after``: the file's bytes).
 
-    Why: a rebuild writes its tree over the records of an older one. FTS5 records each
-    overwritten document as a deletion marker beside the old entries, gone only when the
-    index's segments merge, and SQLite's automatic merging did not keep up: in a 15-minute
-    soak (480 rebuilds) the index grew to 13.9 MB for 1.2 MB of text, and the data
-    directory from 25 to 36 MB; merged, it was 3.4 MB. The pages a merge frees, and those
-    Chroma's write log leaves as it is purged, stay in the file until it is compacted: in
-    the next soak, merging alone left the directory swinging between 1.1x and 1.9x its size
-    after the first cycle. Raises ``StoreError``."""
-    survey = _in_child("survey", path / DATABASE)
-    bloated = survey["index"] >= FULL_TEXT_BLOAT * survey["text"] + WORTH_COMPACTING_BYTES
-    if not (bloated or survey["worth"]):
-        return False
-    before = _file_size(path / DATABASE)
-    compact(path)
-    log.info("compacted Chroma's database: %.1f -> %.1f MB (full-text index %.1f MB for %.1f MB of text)",
-             before / 1e6, _file_size(path / DATABASE) / 1e6, survey["index"] / 1e6, survey["text"] / 1e6)
-    return True
+    - Chroma's full-text index is merged (FTS5 ``optimize``) once deleted entries are a
+      quarter of it (see ``FULL_TEXT_BLOAT``). A rebuild writes its tree over the records of
+      an older one, and FTS5 keeps each overwritten document as a deletion marker until its
+      segments merge; SQLite's own merging did not keep up: in a 15-minute soak (480
+      rebuilds) the index grew to 13.9 MB for 1.2 MB of text (merged: 3.4 MB).
+    - The file's free pages (those of merges, of Chroma's write log as it is purged, of
+      records written over) are given back with SQLite's ``incremental_vacuum``, which moves
+      no live data and takes milliseconds. It needs ``auto_vacuum=INCREMENTAL``, which Chroma
+      does not set: the first tidy of a database switches it, which rewrites the file once
+      (a ``VACUUM``; SQLite keeps the mode from then on, through ``chroma vacuum`` too).
+      Without this the soak's data directory swung between 1.0x and 1.9x of its size after
+      the first cycle, with compactions (``chroma vacuum``) of the whole file at 25 % free.
+
+    Safe while this process's Chroma client is open, as :func:`reclaim` is: Chroma's
+    statements wait for the child's locks (``BUSY_TIMEOUT_S``). Raises ``StoreError``."""
+    done: dict[str, float] = _in_child("tidy", path / DATABASE)
+    if done["merged"] or done["after"] < done["before"]:
+        log.info("tidied Chroma's database: %.1f -> %.1f MB%s", done["before"] / 1e6, done["after"] / 1e6,
+                 f" (full-text index merged: {done['index'] / 1e6:.1f} MB for {done['text'] / 1e6:.1f} MB of text)"
+                 if done["merged"] else "")
+    return done
+
+
+def _tidy(database: Path) -> dict[str, float]:
+    """:func:`tidy`, in the child process."""
+    index, text = _measure(database)
+    merged = index >= FULL_TEXT_BLOAT * text + WORTH_COMPACTING_BYTES
+    before = _file_size(database)
+    if merged:
+        _merge_full_text_index(database)
+    with _connected(database, read_only=False) as connection:
+        if int(connection.execute("PRAGMA auto_vacuum").fetchone()[0]) != _INCREMENTAL:
+            connection.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+            connection.execute("VACUUM")
+        # executescript steps the pragma to its end; execute() would free one page only.
+        connection.executescript("PRAGMA incremental_vacuum;")
+    return {"index": index, "text": text, "merged": float(merged), "before": before, "after": _file_size(database)}
 
 
 def live_segments(path: Path) -> set[str]:
     """The ids of every segment the database of the embedded data directory ``path`` names."""
     return set(_in_child("segments", path / DATABASE))
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes of free pages in the embedded data directory ``path``'s database."""
+    return int(_in_child("free", path / DATABASE))
 
 
 def worth_compacting(path: Path) -> bool:
@@ -235,12 +260,21 @@ def _merge_full_text_index(database: Path) -> None:
             connection.execute(f"INSERT INTO {FULL_TEXT_INDEX}({FULL_TEXT_INDEX}) VALUES ('optimize')")
 
 
+def _pages(database: Path) -> tuple[int, int, int]:
+    """(page size, pages, free pages) of the database."""
+    with _connected(database, read_only=True) as connection:
+        return tuple(int(connection.execute(f"PRAGMA {name}").fetchone()[0])  # type: ignore[return-value]
+                     for name in ("page_size", "page_count", "freelist_count"))
+
+
+def _free_bytes(database: Path) -> int:
+    page_size, _, free = _pages(database)
+    return page_size * free
+
+
 def _worth_compacting(database: Path) -> bool:
     """Whether enough of the file is free pages to pay for rewriting it."""
-    with _connected(database, read_only=True) as connection:
-        page_size = int(connection.execute("PRAGMA page_size").fetchone()[0])
-        pages = int(connection.execute("PRAGMA page_count").fetchone()[0])
-        free = int(connection.execute("PRAGMA freelist_count").fetchone()[0])
+    page_size, pages, free = _pages(database)
     return free * page_size >= WORTH_COMPACTING_BYTES and free >= WORTH_COMPACTING_SHARE * pages
 
 
@@ -297,10 +331,9 @@ def integrity(path: Path) -> str:
 
 
 def _survey(database: Path) -> dict[str, Any]:
-    """What :func:`reclaim` and :func:`tidy` need to know, in one child process: the live
-    segments, whether compacting is worth it, and the full-text index's and its text's bytes."""
-    index, text = _measure(database)
-    return {"segments": _live_segments(database), "worth": _worth_compacting(database), "index": index, "text": text}
+    """What :func:`reclaim` needs to know, in one child process: the live segments, and
+    whether compacting is worth it."""
+    return {"segments": _live_segments(database), "worth": _worth_compacting(database)}
 
 
 # What a child process of :func:`_in_child` can do, by name; each returns something JSON can carry.
@@ -311,6 +344,8 @@ _TASKS: dict[str, Callable[[Path], Any]] = {
     "measure": _measure,
     "check": _integrity,
     "survey": _survey,
+    "tidy": _tidy,
+    "free": _free_bytes,
 }
 
 

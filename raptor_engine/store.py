@@ -272,10 +272,10 @@ class ChromaStore:
         return reclaimed
 
     def tidy(self) -> None:
-        """Keeps what rebuilds leave behind from piling up: on the embedded store, compacts
-        Chroma's database once deleted entries are a quarter of its full-text index or free
-        pages a quarter of the file (see ``reclaim.tidy``). Nothing on a Chroma server,
-        whose files are its own. Safe while the store is in use. Raises ``StoreError``."""
+        """Keeps what rebuilds leave behind from piling up: on the embedded store, merges
+        Chroma's full-text index once deleted entries are a quarter of it and gives the
+        file's free pages back (see ``reclaim.tidy``). Nothing on a Chroma server, whose
+        files are its own. Safe while the store is in use. Raises ``StoreError``."""
         if self._path is None:
             return
         with self._reclaiming:
