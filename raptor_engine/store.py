@@ -16,8 +16,8 @@ A rebuild writes a whole new tree, under a tag of its own, into a slot beside th
 served one and then switches by rewriting the single ``meta`` record: one write,
 so a crash leaves either the old tree or the new one served, never a mixture. The
 switch serves only a complete tree newer than the served one. The previous tree
-is kept until the next switch so a reader that has just looked up the old
-version can still finish its query. Storage stays bounded: single-node Chroma
+stays until the next build writes over it, so a reader that has just looked up
+the old version can still finish its query. Storage stays bounded: single-node Chroma
 never reclaims a deleted collection or record (chroma-core/chroma issue 5259),
 but it updates a record written over in place. A state naming a tree that is
 gone (as older versions could leave it) heals when read: the newest complete
