@@ -95,8 +95,7 @@ def reclaim(path: Path, always_compact: bool = True) -> Reclaimed:
     candidates = _segment_dirs(path)  # listed before the table is read: see orphan_segment_dirs
     # One child process for both looks: this runs at every open of the store.
     survey = _in_child("survey", database)
-    live = set(survey["segments"])
-    orphans = sorted(entry for entry in candidates if entry.name not in live)
+    orphans = _unnamed(candidates, set(survey["segments"]))
     orphan_bytes = sum(_size(directory) for directory in orphans)
     for directory in orphans:
         _remove(directory)
@@ -119,7 +118,11 @@ def orphan_segment_dirs(path: Path) -> list[Path]:
     candidates = _segment_dirs(path)
     if not candidates:
         return []
-    live = live_segments(path)
+    return _unnamed(candidates, live_segments(path))
+
+
+def _unnamed(candidates: list[Path], live: set[str]) -> list[Path]:
+    """The segment directories among ``candidates`` that no live segment names."""
     return sorted(entry for entry in candidates if entry.name not in live)
 
 
@@ -208,12 +211,6 @@ def live_segments(path: Path) -> set[str]:
 def free_bytes(path: Path) -> int:
     """Bytes of free pages in the embedded data directory ``path``'s database."""
     return int(_in_child("free", path / DATABASE))
-
-
-def worth_compacting(path: Path) -> bool:
-    """Whether free pages are at least a quarter of the embedded data directory ``path``'s
-    database, and 1 MiB: then compacting it (:func:`reclaim`) pays for rewriting the file."""
-    return bool(_in_child("worth", path / DATABASE))
 
 
 def full_text_bytes(path: Path) -> tuple[float, float]:
@@ -339,7 +336,6 @@ def _survey(database: Path) -> dict[str, Any]:
 # What a child process of :func:`_in_child` can do, by name; each returns something JSON can carry.
 _TASKS: dict[str, Callable[[Path], Any]] = {
     "segments": _live_segments,
-    "worth": _worth_compacting,
     "merge": _merge_full_text_index,
     "measure": _measure,
     "check": _integrity,

@@ -726,14 +726,12 @@ class ChannelStore:
     def _free_slot(self) -> int:
         """The first slot not holding the served tree, preferring one the previous tree is not in."""
         places = self._served_places()
-        served = places[max(places)].slot if places else None
-        open_slots = [slot for slot in range(TREE_SLOTS) if slot != served]
+        open_slots = [slot for slot in range(TREE_SLOTS) if slot != _served_slot(places)]
         untouched = [slot for slot in open_slots if slot not in {p.slot for p in places.values()}]
         return min(untouched or open_slots)
 
     def _claim(self, slot: int) -> None:
-        places = self._served_places()
-        if places and places[max(places)].slot == slot:
+        if _served_slot(self._served_places()) == slot:
             raise StoreError("another rebuild of this channel finished meanwhile and its tree is served")
 
     def _served_places(self) -> dict[int, _Place]:
@@ -1208,6 +1206,11 @@ class ChannelStore:
 
 
 # -- conversions -------------------------------------------------------------
+
+
+def _served_slot(places: dict[int, _Place]) -> int | None:
+    """The slot of the served tree (the newest of the served and previous places), if any."""
+    return places[max(places)].slot if places else None
 
 
 def _opened(client: Any, name: str, configuration: dict[str, Any]) -> Any:
