@@ -165,17 +165,18 @@ def tidy(path: Path) -> dict[str, float]:
     before; ``merged``: 1 if it merged; ``before``/``after``: the file's bytes).
 
     - Chroma's full-text index is merged (FTS5 ``optimize``) once deleted entries are a
-      quarter of it (see ``FULL_TEXT_BLOAT``). A rebuild writes its tree over the records of
-      an older one, and FTS5 keeps each overwritten document as a deletion marker until its
-      segments merge; SQLite's own merging did not keep up: in a 15-minute soak (480
-      rebuilds) the index grew to 13.9 MB for 1.2 MB of text (merged: 3.4 MB).
+      quarter of it (see ``FULL_TEXT_BLOAT``). The store keeps texts in metadata, so the
+      index holds only what older stores wrote as documents; but those stores wrote trees
+      over older ones, and FTS5 kept each overwritten document as a deletion marker until its
+      segments merged: in a 15-minute soak (480 rebuilds) the index grew to 13.9 MB for
+      1.2 MB of text (merged: 3.4 MB).
     - The file's free pages (those of merges, of Chroma's write log as it is purged, of
       records written over) are given back with SQLite's ``incremental_vacuum``, which moves
       no live data and takes milliseconds. It needs ``auto_vacuum=INCREMENTAL``, which Chroma
       does not set: the first tidy of a database switches it, which rewrites the file once
       (a ``VACUUM``; SQLite keeps the mode from then on, through ``chroma vacuum`` too).
-      Without this the soak's data directory swung between 1.0x and 1.9x of its size after
-      the first cycle, with compactions (``chroma vacuum``) of the whole file at 25 % free.
+      Compactions (``chroma vacuum``) of the whole file at 25 % free instead left the soak's
+      data directory swinging between 1.0x and 1.9x of its size after the first cycle.
 
     Safe while this process's Chroma client is open, as :func:`reclaim` is: Chroma's
     statements wait for the child's locks (``BUSY_TIMEOUT_S``). Raises ``StoreError``."""

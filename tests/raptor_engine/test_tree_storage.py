@@ -19,7 +19,7 @@ import pytest
 
 from raptor_engine.errors import StoreError
 from raptor_engine.reclaim import FULL_TEXT_BLOAT, free_bytes, full_text_bytes, integrity
-from raptor_engine.store import TREE_SLOTS, ChannelStore, ChromaStore, TreeState
+from raptor_engine.store import TEXT_KEY, TREE_SLOTS, ChannelStore, ChromaStore, TreeState
 from raptor_engine.types import ChannelKey, Node
 from tests.conftest import REPO, start_chroma_server
 
@@ -79,7 +79,7 @@ def test_forgetting_leaves_no_text_and_space_is_reused(any_store: ChromaStore, c
         _build(store, "b" * 64, 30, seed)
     assert store.remove_source_from_trees("b" * 64) == 31
     pool = store._pool().get(include=["documents", "metadatas"])
-    assert not any(pool["documents"]) and all(m["tree"].startswith("free") for m in pool["metadatas"])
+    assert not any(pool["documents"]) and all(m["tree"].startswith("free") and TEXT_KEY not in m for m in pool["metadatas"])
     assert not store._pool().get(where={"sources": {"$contains": "b" * 64}}, include=[])["ids"]
     assert store.live_state().nodes_per_layer == {}
     before = len(pool["ids"])
@@ -323,35 +323,48 @@ def test_a_store_kept_in_three_slots_drops_the_third_once_its_tree_is_out_of_use
     assert store.query_tree(store.live_state().version, vectors[5], 1)[0].node.text == nodes[5].text
 
 
-def test_rebuilds_do_not_pile_up_full_text_index_entries(tmp_path: Path, channel: ChannelKey) -> None:
-    """Every rebuild writes its tree over an older one's records; the full-text index keeps
-    each overwritten document as a deletion marker until merged. Tidied after rebuilds, as
-    the engine does, it is merged whenever it passes FULL_TEXT_BLOAT times its text (it does here: a
-    tidy merges only then), every free page is given back (SQLite's incremental vacuum), and
-    queries still find every node."""
+def test_rebuilds_write_no_text_into_chromas_full_text_index(tmp_path: Path, channel: ChannelKey) -> None:
+    """Texts are kept in metadata: rebuilds writing trees over older ones leave Chroma's
+    full-text index empty, and the store stays the size it had once both slots were written."""
     path = tmp_path / "chroma"
     store = ChromaStore.embedded(path)
-    tidy = store.channel(channel)
-    untidy = store.channel(ChannelKey(channel.platform, channel.workspace, channel.channel + "-b"))
-    merged = 0
+    one = store.channel(channel)
     words = " ".join(f"word{i} token{i * 7} term{i * 13}" for i in range(60))
-    for build in range(1, 31):
-        for one in (tidy, untidy):
-            nodes, vectors = _tree("q" * 64, 60, build)
-            nodes = [replace(n, text=f"{n.text} {build} {words}") for n in nodes]
-            one.write_tree(build, nodes, vectors)
-            assert one.switch_to(_state(build, nodes, "q" * 64))
-        if build % 2:  # the tidy channel's writes: half the index's churn
-            before = full_text_bytes(path)[0]
-            store.tidy()
-            merged += full_text_bytes(path)[0] < before
-            assert free_bytes(path) == 0  # what a merge, the write log or an overwrite freed is given back
-    index, text = full_text_bytes(path)
-    assert index < FULL_TEXT_BLOAT * text + (1 << 20), (index, text)
-    assert merged >= 1
-    assert integrity(path) == "ok"  # merged beside a client writing in this very process
-    state = tidy.live_state()
-    assert len(tidy.query_tree(state.version, vectors[0], 100)) == 61
+    sizes = []
+    for build in range(1, 21):
+        nodes, vectors = _tree("q" * 64, 60, build)
+        nodes = [replace(n, text=f"{n.text} {build} {words}") for n in nodes]
+        one.write_tree(build, nodes, vectors)
+        assert one.switch_to(_state(build, nodes, "q" * 64))
+        store.tidy()
+        sizes.append(_du(path)[0])
+    assert full_text_bytes(path)[1] == 0  # no document, so nothing for the index to hold
+    assert max(sizes[2:]) < 1.1 * sizes[2], sizes
+    assert integrity(path) == "ok"
+    assert [h.node.text for h in one.query_tree(20, vectors[0], 1)] == [nodes[0].text]
+
+
+def test_tidy_merges_the_full_text_index_an_older_store_bloated(tmp_path: Path) -> None:
+    """Older stores kept texts as documents: every record written over left a deletion marker
+    in Chroma's full-text index until its segments merged. A tidy merges such an index once it
+    passes FULL_TEXT_BLOAT times its text, and gives every free page back."""
+    path = tmp_path / "chroma"
+    store = ChromaStore.embedded(path)
+    older = store._client.get_or_create_collection("rc-older-pool", embedding_function=None)
+    words = " ".join(f"word{i} token{i * 7} term{i * 13}" for i in range(60))
+    rng = np.random.default_rng(0)
+    for build in range(80):  # written over until the index is past the point a tidy merges it
+        older.upsert(ids=[f"{build % 2}:{i}" for i in range(150)], embeddings=rng.random((150, DIM)).astype(np.float32),
+                     documents=[f"leaf {i} of {build} {words}" for i in range(150)])
+        bloated, text = full_text_bytes(path)
+        if bloated >= FULL_TEXT_BLOAT * text + (1 << 20):
+            break
+    assert bloated >= FULL_TEXT_BLOAT * text + (1 << 20), (bloated, text)
+    store.tidy()
+    index, _ = full_text_bytes(path)
+    assert index < bloated / 2 and free_bytes(path) == 0
+    assert integrity(path) == "ok"
+    assert older.get(ids=[f"{build % 2}:7"], include=["documents"])["documents"] == [f"leaf 7 of {build} {words}"]
 
 
 def test_merging_the_full_text_index_beside_a_writing_client_breaks_nothing(tmp_path: Path) -> None:
