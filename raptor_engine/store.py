@@ -112,6 +112,13 @@ _TREE_NAME = re.compile(r"^rc-(?P<digest>[0-9a-f]{24})-t(?P<version>\d+)$")
 # different threads: one lock per channel keeps either from undoing the other (within one process).
 _STATE_LOCKS: dict[str, threading.Lock] = {}
 _STATE_LOCKS_GUARD = threading.Lock()
+# A build writes its tree over the previous tree's records; a forget frees the previous tree's
+# records of the forgotten source (read, then written: Chroma has no conditional update). Run at
+# once, the forget could free records the build had just written, breaking the new tree (a soak
+# saw it). One lock per channel makes them take turns within a process; the write is seconds
+# long, and a forget's record work takes well under a second. (Two processes on one Chroma
+# server can still meet so: the build is then refused as incomplete, or the served tree heals.)
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
 
 
 class SourceState(str, Enum):
@@ -706,7 +713,7 @@ class ChannelStore:
         them; then the served tree is checked at once, and the channel heals to the newest
         complete tree if it was broken (see :meth:`live_state`).
         """
-        with _translated("writing the new tree"):
+        with self._write_lock(), _translated("writing the new tree"):
             pool = self._pool()
             place = _Place(version, self._free_slot(), f"{version}.{uuid.uuid4().hex[:8]}")
             self._written[version] = place
@@ -824,6 +831,11 @@ class ChannelStore:
     def _state_lock(self) -> threading.Lock:
         with _STATE_LOCKS_GUARD:
             return _STATE_LOCKS.setdefault(self._prefix, threading.Lock())
+
+    def _write_lock(self) -> threading.Lock:
+        """Taken by whatever writes over a tree's records (see ``_WRITE_LOCKS``); before the state lock."""
+        with _STATE_LOCKS_GUARD:
+            return _WRITE_LOCKS.setdefault(self._prefix, threading.Lock())
 
     def _write_state(self, state: TreeState, previous: _Place | None) -> None:
         meta: dict[str, Any] = {
@@ -1131,7 +1143,7 @@ class ChannelStore:
         of nodes deleted from the served tree.
         """
         removed: dict[str, Counter[int]] = {}
-        with _translated("removing a source from the tree"):
+        with self._write_lock(), _translated("removing a source from the tree"):
             for version in self._tree_versions():
                 removed[f"legacy:{version}"] = self._remove_from_version(version, source_id)
             removed.update(self._remove_from_pool(source_id))

@@ -33,6 +33,20 @@ REPO = Path(__file__).resolve().parent.parent
 QUALITY_DEV = REPO.parent / "shared" / "data" / "quality-dev.jsonl"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's cache directory (``XDG_CACHE_HOME``) for the whole session, child processes
+    included: the embedding model's ONNX export is made there once, not in the home directory."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield cache
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()

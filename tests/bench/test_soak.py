@@ -134,6 +134,21 @@ def test_judge_takes_the_data_directory_at_its_largest_after_the_baseline() -> N
     assert not data.passed and "16.0 at most (1.60x)" in data.figure
 
 
+def test_judge_takes_counts_from_half_time_and_still_names_a_leak() -> None:
+    """Pools fill up after the baseline and then stay: judged from half-time, that passes; a
+    count still growing through the second half fails."""
+    filled = soak.judge(sample(), sample(fds=108, threads=38), 0, [], midway=sample(fds=108, threads=38))
+    assert all(t.passed for t in filled), filled
+    assert "108 -> 108 (baseline 100)" in filled[1].figure
+    leaking = soak.judge(sample(), sample(fds=120, threads=50), 0, [], midway=sample(fds=108, threads=38))
+    assert [t.passed for t in leaking[1:3]] == [False, False]
+
+
+def test_half_time_is_the_sample_nearest_half_the_run() -> None:
+    samples = [sample(t_s=t) for t in (0.0, 30.0, 60.0, 95.0, 120.0)]
+    assert soak.half_time(samples) == samples[2] and soak.half_time(samples[:2]) is None
+
+
 def test_judge_fails_every_growth_target_without_a_baseline() -> None:
     targets = soak.judge(None, sample(), 0, [])
     assert [t.passed for t in targets] == [False, True, True]

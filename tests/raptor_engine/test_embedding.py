@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +15,9 @@ import pytest
 
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.errors import ProviderError
+from raptor_engine.onnx_model import export_path, exportable
+from raptor_engine.tokens import default_model_path
+from tests.conftest import REPO
 
 TEXTS = ["Deploys are frozen on Fridays.", "The cafeteria closes at three."]
 
@@ -29,3 +38,68 @@ def test_a_model_that_cannot_load_fails_now_or_at_first_use(tmp_path: Path) -> N
     for _ in range(2):  # every caller hears it, not only the first
         with pytest.raises(ProviderError, match="cannot load embedding model"):
             later.embed(TEXTS)
+
+
+# -- the ONNX export: a fresh process embeds without torch ----------------------------------
+
+LONG = " ".join(f"word{i}" for i in range(600))  # far past the model's 256-token cap
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory holding the default model's export, made as a first process makes it."""
+    cache = tmp_path_factory.mktemp("model-cache")
+    SentenceTransformerEmbedder(cache_dir=cache)
+    return cache
+
+
+def test_the_export_embeds_as_sentence_transformers_does(
+    exported: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    assert [p.suffix for p in exported.iterdir()] == [".onnx"]  # and no partial file left
+    fast = SentenceTransformerEmbedder(cache_dir=exported, batch_size=3)
+    assert fast._encoder is not None and fast._model is None
+    texts = [*TEXTS, "", "é ü 中文 🙂", LONG, "x", "A longer sentence about trees and their summaries."]
+    assert np.abs(fast.embed(texts) - embedder.embed(texts)).max() < 1e-5
+    assert fast.dimension == 384 and fast.embed([]).shape == (0, 384)
+
+
+def test_a_process_with_the_export_never_imports_torch(exported: Path) -> None:
+    script = ("import sys; from pathlib import Path; from raptor_engine.embedding import SentenceTransformerEmbedder; "
+              f"e = SentenceTransformerEmbedder(cache_dir=Path({str(exported)!r}), background=True); "
+              "print(e.embed(['hello']).shape, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, check=True)
+    assert done.stdout.split() == ["(1,", "384)", "False"], done.stderr[-2000:]
+
+
+def test_a_damaged_export_is_replaced_and_the_model_still_loads(
+    tmp_path: Path, exported: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (target,) = exported.iterdir()
+    (cache / target.name).write_bytes(b"not an ONNX model")
+    caplog.set_level(logging.WARNING, logger="raptor_engine.embedding")
+    embedder = SentenceTransformerEmbedder(cache_dir=cache)
+    assert embedder._model is not None and embedder.embed(TEXTS).shape == (2, 384)
+    assert "cannot load the exported embedding model" in caplog.text
+    assert (cache / target.name).read_bytes()[:4] != b"not " and SentenceTransformerEmbedder(cache_dir=cache)._encoder
+
+
+def test_only_models_it_reproduces_are_exported(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    assert exportable(model)
+    pooling = model / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_cls_token": True}))
+    assert not exportable(model)
+    assert SentenceTransformerEmbedder(str(model), cache_dir=tmp_path / "cache")._export is None
+
+
+def test_a_changed_model_gets_an_export_of_its_own(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    before = export_path(tmp_path, model)
+    (model / "config.json").write_text((model / "config.json").read_text() + "\n")
+    assert export_path(tmp_path, model) != before

@@ -400,3 +400,38 @@ def test_merging_the_full_text_index_beside_a_writing_client_breaks_nothing(tmp_
         writer.join(timeout=60)
     assert failures == [] and integrity(path) == "ok"
     assert collection.count() == 50
+
+
+def test_a_forget_never_frees_records_a_build_wrote_meanwhile(any_store: ChromaStore, channel: ChannelKey) -> None:
+    """A forget frees the records of the forgotten source in every tree, the previous one
+    included; a build writes its tree over the previous one's records. A forget that read
+    those records before the build wrote over them, and freed them after, broke the new tree
+    (a soak saw "tree v83 is incomplete (101 of 135 nodes)"). Within a process the two take
+    turns: the build waits here until the forget is done."""
+    forgetting, building = any_store.channel(channel), any_store.channel(channel)
+    _build(building, "x" * 64, 20, 1)  # the previous tree (slot 0) will be written over...
+    _build(building, "x" * 64, 20, 2)  # ...by the next build, after this served one (slot 1)
+    reached, go = threading.Event(), threading.Event()
+    real_free = forgetting._free
+
+    def paused_free(*args: object, **kwargs: object) -> None:
+        reached.set()
+        go.wait(timeout=10)
+        real_free(*args, **kwargs)  # type: ignore[arg-type]
+
+    forgetting._free = paused_free  # type: ignore[method-assign]  # read done, free not yet
+    forget = threading.Thread(target=forgetting.remove_source_from_trees, args=("x" * 64,))
+    forget.start()
+    assert reached.wait(timeout=10)
+    nodes, vectors = _tree("y" * 64, 20, 3)
+    build = threading.Thread(target=lambda: (building.write_tree(3, nodes, vectors),
+                                             building.switch_to(_state(3, nodes, "y" * 64))))
+    build.start()
+    build.join(timeout=1.0)  # without the turn-taking it writes over slot 0 now
+    go.set()
+    forget.join(timeout=30)
+    build.join(timeout=30)
+    reader = any_store.channel(channel)
+    state = reader.live_state()
+    assert state.version == 3 and state.nodes_per_layer == {0: 20, 1: 1}
+    assert sorted(h.node.text for h in reader.query_tree(3, vectors[0], 100)) == sorted(n.text for n in nodes)

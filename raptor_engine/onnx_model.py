@@ -1,0 +1,154 @@
+"""A sentence-transformers model exported to ONNX, so that a fresh process embeds without torch.
+
+Importing torch and loading a model through sentence-transformers costs a fresh process
+about 5 s of CPU (measured on the 2-core machine; ``import sentence_transformers`` alone
+4.8 to 6.6 s), and unloading torch another 1.4 s at exit. A one-shot ``rebuild`` paid both
+to embed a few dozen summaries. ONNX Runtime (a dependency of chromadb, so already
+installed) loads the same network from one file in about 0.2 s.
+
+The export is made once, by a process that has loaded the model with sentence-transformers
+anyway, and kept in a cache directory (the bot's is ``<data_dir>/model-cache``); a later
+process finds it and never imports torch. Only models made of a transformer, mean pooling
+and an optional normalisation are exported (all-MiniLM-L6-v2, the default, is one):
+anything else keeps the sentence-transformers path. Measured: the exported default model's
+vectors are within 2e-7 of sentence-transformers' own.
+
+The file name carries a digest of the model directory's weights and configuration and of
+:data:`EXPORT_FORMAT`, so a changed model is exported anew rather than read stale. The
+export is written under a temporary name and renamed into place: a process killed while
+exporting leaves no partial file under the real name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from raptor_engine.errors import ProviderError
+from raptor_engine.tokens import TOKENIZER_FILENAME
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = 1  # changed whenever the exported graph or its inputs change
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_TRANSFORMER = "sentence_transformers.models.Transformer"
+_POOLING = "sentence_transformers.models.Pooling"
+_NORMALIZE = "sentence_transformers.models.Normalize"
+_DEFAULT_MAX_TOKENS = 512  # sentence-transformers' cap where the model states none
+_OPSET = 17
+
+
+def exportable(model_dir: Path) -> bool:
+    """Whether the model in ``model_dir`` is one this module reproduces exactly: a transformer,
+    mean pooling over its tokens, and optionally a normalisation, with a fast tokenizer."""
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text())
+        types = [str(m["type"]) for m in modules]
+        pooling_dir = next(str(m["path"]) for m in modules if m["type"] == _POOLING)
+        pooling = json.loads((model_dir / pooling_dir / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return False
+    modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
+    return (types in ([_TRANSFORMER, _POOLING], [_TRANSFORMER, _POOLING, _NORMALIZE])
+            and modes == {"pooling_mode_mean_tokens"} and (model_dir / TOKENIZER_FILENAME).is_file())
+
+
+def export_path(cache_dir: Path, model_dir: Path) -> Path:
+    """Where the export of the model in ``model_dir`` is kept under ``cache_dir``."""
+    digest = hashlib.sha256(f"format {EXPORT_FORMAT}\n".encode())
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.suffix != ".md"):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(model_dir)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return cache_dir / f"{model_dir.name}-{digest.hexdigest()[:16]}.onnx"
+
+
+def export(model: Any, target: Path) -> None:
+    """Exports the transformer of a loaded sentence-transformers ``model`` to ``target``
+    (written under a temporary name, then renamed). Imports torch and onnx: call it only
+    where the model is loaded with them. Raises ``ProviderError``."""
+    import warnings
+
+    import torch  # heavy, and loaded already wherever a model is
+
+    class LastHiddenState(torch.nn.Module):  # the transformer's token vectors; pooling is ours
+        def __init__(self, network: Any) -> None:
+            super().__init__()
+            self.network = network
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.network(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+
+    sample = model.tokenizer(["an export", "of the model's network"], padding=True, return_tensors="pt")
+    arguments = tuple(sample[name] for name in _INPUTS)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # The tracer warns about shapes it fixes (none matters to this network); the filter is
+        # process-wide for the export's second or two, which only ever runs while a model loads.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                LastHiddenState(model[0].auto_model.eval()), arguments, str(partial),
+                input_names=list(_INPUTS), output_names=["last_hidden_state"], opset_version=_OPSET,
+                dynamic_axes={name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "last_hidden_state")},
+                dynamo=False,  # the TorchScript exporter: the newer one needs onnxscript
+            )
+        os.replace(partial, target)
+    except Exception as exc:  # torch's and onnx's errors vary; the caller keeps the torch model
+        partial.unlink(missing_ok=True)
+        raise ProviderError(f"cannot export the embedding model to {target}: {exc}") from exc
+
+
+class OnnxEncoder:
+    """Mean-pooled, L2-normalised sentence vectors from an exported model, as
+    sentence-transformers computes them (same tokenizer, same truncation)."""
+
+    def __init__(self, exported: Path, model_dir: Path) -> None:
+        """Loads the export and the model's tokenizer. Raises ``ProviderError``."""
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        try:
+            self._session = onnxruntime.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
+            self._tokenizer = Tokenizer.from_file(str(model_dir / TOKENIZER_FILENAME))
+        except Exception as exc:  # ONNX Runtime raises its own types for a corrupt or foreign file
+            raise ProviderError(f"cannot load the exported embedding model {exported}: {exc}") from exc
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(_max_tokens(model_dir))
+        self.dimension = int(self._session.get_outputs()[0].shape[-1])
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        """Vectors of ``texts``, one row each, in order."""
+        batches = [self._batch(texts[start:start + batch_size]) for start in range(0, len(texts), batch_size)]
+        return np.vstack(batches) if batches else np.zeros((0, self.dimension), dtype=np.float32)
+
+    def _batch(self, texts: Sequence[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(list(texts))
+        width = max(len(e.ids) for e in encodings)
+        inputs = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in _INPUTS}
+        for row, encoding in enumerate(encodings):
+            used = len(encoding.ids)
+            inputs["input_ids"][row, :used] = encoding.ids
+            inputs["attention_mask"][row, :used] = encoding.attention_mask
+            inputs["token_type_ids"][row, :used] = encoding.type_ids
+        tokens = self._session.run(None, inputs)[0]
+        mask = inputs["attention_mask"][..., None].astype(np.float32)
+        pooled = (tokens * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+        norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return (pooled / norms).astype(np.float32)
+
+
+def _max_tokens(model_dir: Path) -> int:
+    """The model's input cap, as sentence-transformers reads it."""
+    try:
+        return int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _DEFAULT_MAX_TOKENS
