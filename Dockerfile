@@ -1,5 +1,6 @@
 # The same install as the README's `make install`, running `python -m bot` as a
-# non-root user with the configuration mounted at /config and data in /data.
+# non-root user with the configuration mounted at /config and data in /data. Caches that
+# outlive the container (numba's kernels, the embedding model's ONNX export) go in /data too.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -7,7 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
     ANONYMIZED_TELEMETRY=False \
-    NUMBA_CACHE_DIR=/data/.cache/numba
+    NUMBA_CACHE_DIR=/data/.cache/numba \
+    XDG_CACHE_HOME=/data/.cache
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
