@@ -13,6 +13,7 @@ then embeds without importing torch, which takes seconds.
 from __future__ import annotations
 
 import logging
+import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import ProviderError
-from raptor_engine.onnx_model import OnnxEncoder, export, export_path, exportable
+from raptor_engine.onnx_model import OnnxEncoder, export_path, exportable, start_export
 from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ class SentenceTransformerEmbedder:
         once it has clustered the leaves (importing torch and loading take seconds).
 
         With ``cache_dir``, a model directory that ``onnx_model`` can export is loaded from
-        its export there (no torch), or else loaded with sentence-transformers and exported
-        for the next process (once: a couple of seconds). Anything else is loaded as before."""
+        its export there (no torch), or else loaded with sentence-transformers while a child
+        process exports it for the next process. Anything else is loaded as before."""
         self._model_id = model or PACKAGED_MODEL_ID
         self._location = model or str(default_model_path())
         self._batch_size = batch_size
@@ -53,6 +54,7 @@ class SentenceTransformerEmbedder:
         self._model: Any = None
         self._encoder: OnnxEncoder | None = None
         self._export = self._export_target(cache_dir)
+        self._exporter: subprocess.Popen[bytes] | None = None
         self._failure: ProviderError | None = None
         self._loading: threading.Thread | None = None
         if background:
@@ -83,16 +85,19 @@ class SentenceTransformerEmbedder:
         except Exception as exc:  # vendor errors vary: OSError, ValueError, HF errors
             raise ProviderError(f"cannot load embedding model {self._location!r}: {exc}") from exc
         if self._export is not None:
-            self._export_model(self._export)
+            self._exporter = start_export(Path(self._location), self._export)
 
-    def _export_model(self, target: Path) -> None:
-        """Exports the loaded model for the next process; a failure only costs that process time."""
-        try:
-            export(self._model, target)
-        except ProviderError as exc:
-            log.warning("%s; the next process loads the model with sentence-transformers too", exc)
-            return
-        log.info("embedding model %s exported to %s: later processes load it without torch", self._model_id, target)
+    def wait_for_export(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` seconds for an export this embedder started; whether the
+        export file is there now."""
+        if self._loading is not None:
+            self._loading.join(timeout)
+        if self._exporter is not None:
+            try:
+                self._exporter.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+        return self._export is not None and self._export.is_file()
 
     def _load_quietly(self) -> None:
         """:meth:`_load` on the loading thread; its error waits for the first caller."""

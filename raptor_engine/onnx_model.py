@@ -6,9 +6,16 @@ about 5 s of CPU (measured on the 2-core machine; ``import sentence_transformers
 to embed a few dozen summaries. ONNX Runtime (a dependency of chromadb, so already
 installed) loads the same network from one file in about 0.2 s.
 
-The export is made once, by a process that has loaded the model with sentence-transformers
-anyway, and kept in a cache directory (the bot's is ``<data_dir>/model-cache``); a later
-process finds it and never imports torch. Only models made of a transformer, mean pooling
+The export is made once per model and machine and kept in a cache directory (the bot's is
+``~/.cache/raptor-chat/model-cache``): a process that finds none loads the model with
+sentence-transformers as before and starts :func:`start_export`, a child process that
+loads it once more, exports it and exits; a later process finds the file and never imports
+torch. A child, not a thread: tracing the network in the process that also embeds with it
+is not safe, and a process ending (a refused command, a stop) while a thread of its own is
+inside torch's exporter aborted ("terminate called without an active exception"). The
+child exits with its parent (``cluster_worker.exit_with_parent``): a process that ends
+early leaves the export to the next one, and no orphan. One child at a time exports a
+model: it holds ``<export>.lock`` while it works, and another stands down. Only models made of a transformer, mean pooling
 and an optional normalisation are exported (all-MiniLM-L6-v2, the default, is one):
 anything else keeps the sentence-transformers path. Measured: the exported default model's
 vectors are within 2e-7 of sentence-transformers' own.
@@ -21,10 +28,14 @@ exporting leaves no partial file under the real name.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import subprocess
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,6 +118,69 @@ def export(model: Any, target: Path) -> None:
         raise ProviderError(f"cannot export the embedding model to {target}: {exc}") from exc
 
 
+def start_export(model_dir: Path, target: Path) -> subprocess.Popen[bytes] | None:
+    """Starts a child process that exports the model in ``model_dir`` to ``target`` (see the
+    module docstring), unless another one is at it; returns it, or None. Its outcome is
+    logged by a thread that waits for it, while this process lives."""
+    if _export_running(target):
+        return None
+    command = [sys.executable, "-m", "raptor_engine.onnx_model", str(model_dir), str(target), str(os.getpid())]
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        log.warning("cannot start exporting the embedding model to %s: %s", target, exc)
+        return None
+    threading.Thread(target=_report, args=(child, target), name="embedding-model-export", daemon=True).start()
+    return child
+
+
+def _report(child: subprocess.Popen[bytes], target: Path) -> None:
+    _, errors = child.communicate()
+    if child.returncode == 0:
+        log.info("embedding model exported to %s: later processes load it without torch", target)
+    else:
+        last = (errors.decode(errors="replace").strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        log.warning("exporting the embedding model to %s failed (the next start tries again): %s", target, last)
+
+
+def _export_running(target: Path) -> bool:
+    """Whether a child holds ``target``'s export lock now."""
+    try:
+        with _lock_file(target).open("a") as probe:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no cache directory to write in: the child fails and says so
+        return False
+    return False
+
+
+def _lock_file(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target.with_name(f".{target.name}.lock")
+
+
+def _export_in_child(model_dir: Path, target: Path, parent_pid: int) -> int:
+    """The child's work: exports unless another child holds the lock or the file is there."""
+    from raptor_engine.cluster_worker import exit_with_parent
+
+    exit_with_parent(parent_pid)
+    with _lock_file(target).open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another child exports it
+        if target.is_file():
+            return 0
+        for stale in target.parent.glob(f".{target.name}.*.tmp"):  # of a child killed with its parent
+            stale.unlink(missing_ok=True)
+        from sentence_transformers import SentenceTransformer
+
+        export(SentenceTransformer(str(model_dir), device="cpu"), target)
+    return 0
+
+
 class OnnxEncoder:
     """Mean-pooled, L2-normalised sentence vectors from an exported model, as
     sentence-transformers computes them (same tokenizer, same truncation)."""
@@ -152,3 +226,12 @@ def _max_tokens(model_dir: Path) -> int:
         return int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
     except (OSError, ValueError, KeyError, TypeError):
         return _DEFAULT_MAX_TOKENS
+
+
+if __name__ == "__main__":  # the child of start_export: model directory, target, parent pid
+    logging.disable(logging.WARNING)  # transformers' notices; a failure reaches the parent as the last line
+    try:
+        sys.exit(_export_in_child(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])))
+    except ProviderError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(1)

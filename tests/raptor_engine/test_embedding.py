@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,14 +50,14 @@ LONG = " ".join(f"word{i}" for i in range(600))  # far past the model's 256-toke
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache directory holding the default model's export, made as a first process makes it."""
     cache = tmp_path_factory.mktemp("model-cache")
-    SentenceTransformerEmbedder(cache_dir=cache)
+    assert SentenceTransformerEmbedder(cache_dir=cache).wait_for_export(timeout=300)
     return cache
 
 
 def test_the_export_embeds_as_sentence_transformers_does(
     exported: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
-    assert [p.suffix for p in exported.iterdir()] == [".onnx"]  # and no partial file left
+    assert sorted(p.suffix for p in exported.iterdir()) == [".lock", ".onnx"]  # and no partial file left
     fast = SentenceTransformerEmbedder(cache_dir=exported, batch_size=3)
     assert fast._encoder is not None and fast._model is None
     texts = [*TEXTS, "", "é ü 中文 🙂", LONG, "x", "A longer sentence about trees and their summaries."]
@@ -78,13 +79,35 @@ def test_a_damaged_export_is_replaced_and_the_model_still_loads(
 ) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    (target,) = exported.iterdir()
+    (target,) = exported.glob("*.onnx")
     (cache / target.name).write_bytes(b"not an ONNX model")
     caplog.set_level(logging.WARNING, logger="raptor_engine.embedding")
     embedder = SentenceTransformerEmbedder(cache_dir=cache)
     assert embedder._model is not None and embedder.embed(TEXTS).shape == (2, 384)
     assert "cannot load the exported embedding model" in caplog.text
+    assert embedder.wait_for_export(timeout=300)
     assert (cache / target.name).read_bytes()[:4] != b"not " and SentenceTransformerEmbedder(cache_dir=cache)._encoder
+
+
+def test_the_exporting_child_ends_with_its_parent(tmp_path: Path) -> None:
+    """A process that ends while its export runs leaves no orphan and no file under the
+    export's name: the next process exports again."""
+    script = ("import sys, time; from pathlib import Path; from raptor_engine.embedding import SentenceTransformerEmbedder; "
+              f"e = SentenceTransformerEmbedder(cache_dir=Path({str(tmp_path)!r})); "
+              "print(e._exporter.pid, flush=True); sys.exit(0)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, check=True)
+    child = int(done.stdout.split()[-1])
+    for _ in range(100):  # it exits within a few seconds of its parent
+        try:
+            if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":
+                break  # exited, not yet reaped by its new parent
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the exporting child {child} outlived its parent")
+    assert not list(tmp_path.glob("*.onnx"))
 
 
 def test_only_models_it_reproduces_are_exported(tmp_path: Path) -> None:
