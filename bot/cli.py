@@ -22,16 +22,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+# Only light modules here: a rebuild starts the clustering worker before the engine's
+# imports (scikit-learn, Chroma, the model: seconds), so that the two overlap.
 from bot.config import Config, load_config
 from bot.errors import BotError, explain
-from bot.progress import TerminalProgress
-from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
 from raptor_engine.errors import RaptorError
-from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.types import BuildReport, ChannelKey, Hit, RetrievalMode
 
 if TYPE_CHECKING:
+    from bot.data_lock import DataLock
     from raptor_engine.engine import Engine
+    from raptor_engine.retrieval import RetrievalSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ SAMPLE_QUESTION = "What happens when the on-call engineer cannot be reached?"
 CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
 CHAT = "chat"
+CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,9 +124,11 @@ def configure_logging(level: str, verbose: bool) -> None:
 def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:
     if args.command == CHAT:
         return _chat(config, args.channel, stdin, stdout)
-    from bot.composition import build_engine  # imports torch: only once arguments are valid
+    held = _start_clustering(config) if args.command in CLUSTERING else None  # noqa: F841  # the lock, until the store holds it
+    from bot.composition import build_engine  # heavy: only once arguments are valid
+    from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
 
-    engine = build_engine(config, clusters_soon=args.command in ("rebuild", "demo"))
+    engine = build_engine(config, clusters_soon=args.command in CLUSTERING)
     channel = ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, getattr(args, "channel", "demo"))
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
@@ -172,8 +176,26 @@ def _chat(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) ->
     return 0
 
 
+def _start_clustering(config: Config) -> DataLock | None:
+    """Starts the clustering worker and its warm-up now, before the engine's imports: the
+    worker's own start (a fresh interpreter importing UMAP and numba's cached kernels) takes
+    seconds. Under the data directory's lock, as the engine's store will be (numba's cache is
+    written below it); returns that lock, or raises ``DataDirInUse`` as opening the store would."""
+    from bot.data_lock import lock_data_dir
+    from bot.paths import machine_home
+    from raptor_engine import cluster_worker
+    from raptor_engine.numba_cache import use_cache_dir
+
+    lock = None if config.chroma.host else lock_data_dir(config.data_dir)
+    use_cache_dir(machine_home(config))
+    cluster_worker.prestart()
+    return lock
+
+
 def _rebuild(engine: Engine, channel: ChannelKey) -> BuildReport:
     """Rebuilds with a progress display on stderr."""
+    from bot.progress import TerminalProgress
+
     progress = TerminalProgress()
     try:
         return asyncio.run(engine.rebuild(channel, progress))
@@ -183,6 +205,8 @@ def _rebuild(engine: Engine, channel: ChannelKey) -> BuildReport:
 
 def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: TextIO) -> int:
     """Ingests each file; a refused file is reported and the others still go in."""
+    from bot.progress import TerminalProgress
+
     failures = 0
     for path in files:
         progress = TerminalProgress(plain_lines=False)  # scripts ingesting many files want a quiet stderr
@@ -234,6 +258,8 @@ def hit_json(hit: Hit) -> dict[str, object]:
 
 
 def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
+    from bot.text_render import format_answer, format_report
+
     result = engine.ingest_file(channel, SAMPLE_DOCUMENT)
     print(f"Sample document \"{result.source.title}\" in channel '{channel.channel}' ({result.leaves or 'already'} excerpts).", file=stdout)
     print(format_report(_rebuild(engine, channel)), file=stdout)

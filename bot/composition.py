@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -11,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 from bot.build_lock import MachineBuildLocks
 from bot.config import Config
 from bot.data_lock import DataLock, lock_data_dir
+from bot.paths import machine_home, user_cache
 from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
@@ -83,23 +83,6 @@ def open_store(config: Config) -> ChromaStore:
 
 def _let_go(lock: DataLock) -> None:
     """Drops a store's reference to its lock (the last one gone releases it)."""
-
-
-def machine_home(config: Config) -> Path:
-    """Where this machine's own files go: numba's compiled kernels (``numba-cache``) and, with
-    a Chroma server, the channels' build locks (``build-locks``). The data directory of an
-    embedded store; with a Chroma server, which leaves the data directory unused, the user's
-    cache directory (:func:`user_cache`)."""
-    if not config.chroma.host:
-        return config.data_dir
-    return user_cache()
-
-
-def user_cache() -> Path:
-    """The user's cache directory for this program, ``$XDG_CACHE_HOME/raptor-chat`` (by default
-    ``~/.cache/raptor-chat``): what belongs to the machine and not to one data directory, such
-    as the embedding model's ONNX export (``model-cache``), made once per model and machine."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raptor-chat"
 
 
 def describe_store(config: Config) -> str:

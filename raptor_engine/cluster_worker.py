@@ -57,6 +57,7 @@ _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _unavailable = False  # set once starting a process failed: do not try on every call
 _exiting = False  # this process is shutting down: no new worker may start
+_prestarted: ProcessPoolExecutor | None = None  # the pool prestart() warmed (a new worker is warmed again)
 PARENT_POLL_S = 0.5  # how often a worker without a pidfd checks that its parent still lives
 ORPHAN_EXIT_CODE = 70  # what a worker whose parent went exits with (nothing waits for it)
 
@@ -162,16 +163,24 @@ def prestart() -> None:
     command that is about to cluster calls it first, so that the worker's start (a fresh
     interpreter importing scikit-learn, UMAP and numba's cached kernels: seconds) overlaps
     the command's own imports and model loading instead of following them. A failure is
-    left to the first real call, which replaces a dead worker or reports it."""
-    from raptor_engine import clustering
-
+    left to the first real call, which replaces a dead worker or reports it. Imports nothing
+    heavy here (the worker imports the clustering code), and warms a worker once."""
+    global _prestarted
     pool = _executor()
-    if pool is None:
+    if pool is None or _prestarted is pool:
         return
+    _prestarted = pool
     try:
-        pool.submit(clustering.warm_up)
+        pool.submit(_warm_up_in_worker)
     except RuntimeError:  # stop() shut the pool down just now
         log.debug("the clustering worker was stopped before its warm-up started")
+
+
+def _warm_up_in_worker() -> bool:
+    """UMAP's warm-up, run in the worker: the clustering code is imported there, not here."""
+    from raptor_engine import clustering
+
+    return clustering.warm_up()
 
 
 def warm_up() -> bool:

@@ -198,11 +198,23 @@ class OnnxEncoder:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(_max_tokens(model_dir))
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
+        # ONNX Runtime's memory arena grows to the largest batch it has seen and keeps it: a
+        # 15-minute soak's RSS went from 583 to 1,331 MiB. Shrunk back after every run, the
+        # same embedding workload stayed at 250 to 340 MiB instead of 860, as fast.
+        self._run_options = onnxruntime.RunOptions()
+        self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        """Vectors of ``texts``, one row each, in order."""
-        batches = [self._batch(texts[start:start + batch_size]) for start in range(0, len(texts), batch_size)]
-        return np.vstack(batches) if batches else np.zeros((0, self.dimension), dtype=np.float32)
+        """Vectors of ``texts``, one row each, in order. Batched longest first, as
+        sentence-transformers does, so that a batch pads little."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        ranked = [texts[i] for i in order]
+        vectors = np.vstack([self._batch(ranked[start:start + batch_size]) for start in range(0, len(ranked), batch_size)])
+        result = np.empty_like(vectors)
+        result[order] = vectors
+        return result
 
     def _batch(self, texts: Sequence[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(list(texts))
@@ -213,7 +225,7 @@ class OnnxEncoder:
             inputs["input_ids"][row, :used] = encoding.ids
             inputs["attention_mask"][row, :used] = encoding.attention_mask
             inputs["token_type_ids"][row, :used] = encoding.type_ids
-        tokens = self._session.run(None, inputs)[0]
+        tokens = self._session.run(None, inputs, self._run_options)[0]
         mask = inputs["attention_mask"][..., None].astype(np.float32)
         pooled = (tokens * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
