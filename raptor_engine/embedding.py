@@ -40,8 +40,8 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu", *, background: bool = False,
                  cache_dir: Path | None = None) -> None:
         """Loads the model now (raising ``ProviderError`` if it cannot), or with ``background``
-        on a thread of its own: then the first call that needs the model waits for it, and
-        raises that error. A one-shot rebuild loads it so, because it needs the model only
+        on a thread of its own (unless its export is there: that loads now, in a fraction of a
+        second): then the first call that needs the model waits for it, and raises that error. A one-shot rebuild loads it so, because it needs the model only
         once it has clustered the leaves (importing torch and loading take seconds).
 
         With ``cache_dir``, a model directory that ``onnx_model`` can export is loaded from
@@ -57,7 +57,10 @@ class SentenceTransformerEmbedder:
         self._exporter: subprocess.Popen[bytes] | None = None
         self._failure: ProviderError | None = None
         self._loading: threading.Thread | None = None
-        if background:
+        # An export loads in a fraction of a second: here, never on a thread. A process that ended
+        # while a thread of its own was starting ONNX Runtime aborted ("terminate called without
+        # an active exception"), as one that ends while a thread is in torch's exporter does.
+        if background and not (self._export is not None and self._export.is_file()):
             self._loading = threading.Thread(target=self._load_quietly, name="embedding-model-load", daemon=True)
             self._loading.start()
         else:

@@ -63,11 +63,11 @@ def target(figures: dict[str, Any], starts: str) -> dict[str, Any]:
 
 # -- the CI-sized soak ---------------------------------------------------------
 
-# Issue 13 is open on the data directory: the 15-minute soak reaches 1.90x of its size after the
-# first cycle (the second tree slot, vector index files that never shrink, full-text deletion markers
-# up to the merge point; 1.05x over the second half). RSS, descriptors and threads pass there and
-# here in most runs, but a short run on a loaded machine is noisy. Marked as known failures, not
-# removed, so each run reports XFAIL or XPASS with its figure; plain assertions once issue 13 is closed.
+# Issue 13 is still open (the cold 15-article rebuild target). The 15-minute soak now passes its
+# data-directory bound (texts out of Chroma's full-text index; 1.25x to 1.28x) and its counts are
+# judged from half-time (pools fill up over the first minutes). A short run on a loaded machine is
+# noisy, so these stay marked as known failures, not removed: each run reports XFAIL or XPASS with
+# its figure; plain assertions once issue 13 is closed.
 KNOWN_GROWTH = pytest.mark.xfail(reason="issue 13 open: growth measured by the soak", strict=False)
 
 

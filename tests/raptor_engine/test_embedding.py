@@ -74,6 +74,19 @@ def test_a_process_with_the_export_never_imports_torch(exported: Path) -> None:
     assert done.stdout.split() == ["(1,", "384)", "False"], done.stderr[-2000:]
 
 
+def test_a_process_that_ends_at_once_after_asking_for_the_model_exits_cleanly(exported: Path) -> None:
+    """A refused command asks for the model in the background and ends at once. A thread still
+    starting ONNX Runtime when the process ended made it abort (exit -6); an export loads there
+    and then instead."""
+    script = ("import sys, time; from pathlib import Path; from raptor_engine.embedding import SentenceTransformerEmbedder; "
+              f"SentenceTransformerEmbedder(cache_dir=Path({str(exported)!r}), background=True); "
+              "time.sleep(float(sys.argv[1]))")
+    for delay in ("0", "0.1", "0.2", "0.3", "0.4", "0.6"):  # ends at some point of the model's loading
+        done = subprocess.run([sys.executable, "-c", script, delay], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=REPO, check=False)
+        assert (done.returncode, done.stderr) == (0, ""), delay
+
+
 def test_a_damaged_export_is_replaced_and_the_model_still_loads(
     tmp_path: Path, exported: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
