@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.build_lock import MachineBuildLocks
