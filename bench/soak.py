@@ -671,18 +671,24 @@ def report(figures: dict[str, Any]) -> None:
 
 def half_time(samples: Sequence[Sample]) -> Sample | None:
     """The sample nearest half the run's length (None with fewer than three samples)."""
-    if len(samples) < 3:
+    middle = _nearest_half([s.t_s for s in samples])
+    return None if middle is None else samples[middle]
+
+
+def _nearest_half(times: Sequence[float]) -> int | None:
+    """The index of the time nearest half the last one; None with fewer than three."""
+    if len(times) < 3:
         return None
-    return min(samples, key=lambda s: abs(s.t_s - samples[-1].t_s / 2))
+    return min(range(len(times)), key=lambda i: abs(times[i] - times[-1] / 2))
 
 
 def second_half(samples: Sequence[dict[str, Any]]) -> str:
     """Growth from the sample nearest half-time to the last one: not a target, but what tells a
     leak (which keeps growing) from pools and caches filling up after the baseline (which stop)."""
-    if len(samples) < 3:
+    index = _nearest_half([s["t_s"] for s in samples])
+    if index is None:
         return "second half: too few samples"
-    end = samples[-1]
-    middle = min(samples, key=lambda s: abs(s["t_s"] - end["t_s"] / 2))
+    end, middle = samples[-1], samples[index]
     return (f"second half ({middle['t_s']:.0f} s -> {end['t_s']:.0f} s, not a target): "
             f"RSS {middle['rss_mib']:.0f} -> {end['rss_mib']:.0f} MiB ({end['rss_mib'] / middle['rss_mib'] - 1:+.1%}), "
             f"data {middle['data_mib']:.1f} -> {end['data_mib']:.1f} MiB ({end['data_mib'] / middle['data_mib']:.2f}x), "

@@ -60,7 +60,7 @@ class SentenceTransformerEmbedder:
         # An export loads in a fraction of a second: here, never on a thread. A process that ended
         # while a thread of its own was starting ONNX Runtime aborted ("terminate called without
         # an active exception"), as one that ends while a thread is in torch's exporter does.
-        if background and not (self._export is not None and self._export.is_file()):
+        if background and not self._export_ready():
             self._loading = threading.Thread(target=self._load_quietly, name="embedding-model-load", daemon=True)
             self._loading.start()
         else:
@@ -73,8 +73,11 @@ class SentenceTransformerEmbedder:
             return None
         return export_path(cache_dir, model_dir)
 
+    def _export_ready(self) -> bool:
+        return self._export is not None and self._export.is_file()
+
     def _load(self) -> None:
-        if self._export is not None and self._export.is_file():
+        if self._export_ready():
             try:
                 self._encoder = OnnxEncoder(self._export, Path(self._location))
                 return
@@ -100,7 +103,7 @@ class SentenceTransformerEmbedder:
                 self._exporter.wait(timeout)
             except subprocess.TimeoutExpired:
                 return False
-        return self._export is not None and self._export.is_file()
+        return self._export_ready()
 
     def _load_quietly(self) -> None:
         """:meth:`_load` on the loading thread; its error waits for the first caller."""

@@ -15,8 +15,8 @@ is not safe, and a process ending (a refused command, a stop) while a thread of 
 inside torch's exporter aborted ("terminate called without an active exception"). The
 child exits with its parent (``cluster_worker.exit_with_parent``): a process that ends
 early leaves the export to the next one, and no orphan. One child at a time exports a
-model: it holds ``<export>.lock`` while it works, and another stands down. Only models made of a transformer, mean pooling
-and an optional normalisation are exported (all-MiniLM-L6-v2, the default, is one):
+model: it holds ``<export>.lock`` while it works, and another stands down. Only models
+made of a transformer, mean pooling and an optional normalisation are exported (all-MiniLM-L6-v2, the default, is one):
 anything else keeps the sentence-transformers path. Measured: the exported default model's
 vectors are within 2e-7 of sentence-transformers' own.
 
@@ -102,8 +102,8 @@ def export(model: Any, target: Path) -> None:
     partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # The tracer warns about shapes it fixes (none matters to this network); the filter is
-        # process-wide for the export's second or two, which only ever runs while a model loads.
+        # The tracer warns about shapes it fixes (none matters to this network). The filter is
+        # process-wide: the export runs in a child process of its own (start_export).
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
