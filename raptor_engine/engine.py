@@ -70,7 +70,7 @@ from raptor_engine.types import (
 log = logging.getLogger(__name__)
 
 EMBED_SLICE = 256  # chunks embedded per call when ingesting: progress is reported between slices
-LEXICAL_CACHE_SIZE = 64  # BM25 indexes kept in memory, one per (channel, tree version)
+LEXICAL_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 index and summary map in memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +123,9 @@ class Engine:
         # The writers of each channel running now: the last one out drops an emptied channel.
         self._writers: dict[ChannelKey, _Writers] = {}
         self._writers_guard = threading.Lock()
-        # Per served tree version: its BM25 index and its summary map (see _indexes).
-        self._lexicons: OrderedDict[tuple[ChannelKey, int, int], tuple[LexicalIndex, SummaryMap]] = OrderedDict()
+        # Per channel, its served tree's BM25 index and summary map, under the tree's
+        # (version, revision) (see _indexes).
+        self._lexicons: OrderedDict[ChannelKey, tuple[tuple[int, int], LexicalIndex, SummaryMap]] = OrderedDict()
         self._lexicons_lock = threading.Lock()
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
@@ -311,9 +312,7 @@ class Engine:
         """Deletes everything of a source, its record last; the number of served nodes removed."""
         removed = channel.remove_source_from_trees(source_id)
         channel.delete_source(source_id)
-        with self._lexicons_lock:  # the BM25 indexes in memory hold its text too
-            for cached in [k for k in self._lexicons if k[0] == key]:
-                del self._lexicons[cached]
+        self._drop_indexes(key)  # the BM25 index in memory holds its text too
         return removed
 
     def _purge_forgotten(self, key: ChannelKey, channel: ChannelStore, source_ids: Iterable[str]) -> set[str]:
@@ -380,9 +379,7 @@ class Engine:
             log.warning("channel %s: no source is left, but its collections could not be dropped "
                         "(the next forget or rebuild tries again): %s", key, exc)
             return False
-        with self._lexicons_lock:
-            for cached in [k for k in self._lexicons if k[0] == key]:
-                del self._lexicons[cached]
+        self._drop_indexes(key)
         log.info("channel %s: no source left: dropped its collections (%d records)", key, records)
         if records:  # a channel that never held anything leaves nothing to reclaim
             try:
@@ -680,20 +677,31 @@ class Engine:
         return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
 
     def _indexes(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> tuple[LexicalIndex, SummaryMap]:
-        """The BM25 index and summary map of the served tree, built on first use and kept
-        (least recently used out)."""
-        cache_key = (key, state.version, state.revision)
+        """The BM25 index and summary map of the served tree, built on first use and kept: one
+        pair per channel, its newest tree's (an older tree's pair is never asked for again
+        once a newer one is served), least recently used channel out."""
+        tag = (state.version, state.revision)
         with self._lexicons_lock:
-            if cache_key in self._lexicons:
-                self._lexicons.move_to_end(cache_key)
-                return self._lexicons[cache_key]
+            cached = self._lexicons.get(key)
+            if cached is not None and cached[0] == tag:
+                self._lexicons.move_to_end(key)
+                return cached[1], cached[2]
         # Built outside the lock: may take a while.
         built = (LexicalIndex(*channel.node_texts(state.version)), load_summary_map(channel, state))
         with self._lexicons_lock:
-            self._lexicons[cache_key] = built
+            cached = self._lexicons.get(key)
+            # A question that read the state just before a switch must not evict the new tree's pair.
+            if cached is None or cached[0] <= tag:
+                self._lexicons[key] = (tag, *built)
+                self._lexicons.move_to_end(key)
             while len(self._lexicons) > LEXICAL_CACHE_SIZE:
                 self._lexicons.popitem(last=False)
         return built
+
+    def _drop_indexes(self, key: ChannelKey) -> None:
+        """Forgets the channel's BM25 index and summary map (its material changed)."""
+        with self._lexicons_lock:
+            self._lexicons.pop(key, None)
 
     def _tidy_store(self, key: ChannelKey) -> None:
         """Lets the store clear what this rebuild's overwrites left (see ``ChromaStore.tidy``).

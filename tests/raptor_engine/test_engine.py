@@ -37,7 +37,20 @@ def test_sample_builds_layers_and_a_root(engine: Engine, channel: ChannelKey) ->
     for stage in ("load", "cluster", "summarise", "store", "index"):
         assert stage in report.stage_seconds
     # The new tree's BM25 index and summary map were built with it: the first question finds them.
-    assert any(cached[0] == channel and cached[1] == report.version for cached in engine._lexicons)
+    assert engine._lexicons[channel][0] == (report.version, 0)
+
+
+def test_only_the_served_trees_indexes_stay_in_memory(engine: Engine, channel: ChannelKey) -> None:
+    """A long-running bot rebuilds a channel hundreds of times: the BM25 index and summary map
+    of every tree it served once must not pile up (they did, up to 64, in the soak's first minutes)."""
+    engine.ingest_file(channel, SAMPLE)
+    versions = []
+    for _ in range(3):
+        versions.append(build(engine, channel).version)
+        assert engine.retrieve(channel, "When is the office closed?")
+    assert len(set(versions)) == 3
+    assert list(engine._lexicons) == [channel]
+    assert engine._lexicons[channel][0] == (versions[-1], 0)
 
 
 def test_every_summary_is_traceable_to_leaves_and_its_source(engine: Engine, channel: ChannelKey) -> None:
