@@ -17,6 +17,7 @@ COPY raptor_engine ./raptor_engine
 COPY bot ./bot
 COPY adapters ./adapters
 COPY bench ./bench
+COPY testkit ./testkit
 # torch first and pinned: the CPU build; then the project and its pinned majors.
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
  && pip install --no-cache-dir .

@@ -2,7 +2,7 @@
 
 The bot runs as in production (``run_discord``, the Bot with its scheduler and
 handler, the engine on embedded Chroma with the packaged model) against the
-Discord stand-in of the tests (``tests/fakes/discord_api.py``) on 127.0.0.1,
+Discord stand-in (``testkit/discord_api.py``) on 127.0.0.1,
 with ``discord.reply_in_thread`` on. Three channels each hold one QuALITY
 article (ingested and built beforehand); the questions are those articles'
 questions, asked in waves of one per channel at once, alternating a mention
@@ -65,7 +65,7 @@ from bot.config import BotConfig, Config, DiscordConfig, RateLimitConfig, Schedu
 from bot.runtime import Bot
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
-from tests.fakes.discord_api import (
+from testkit.discord_api import (
     MANAGE_MESSAGES,
     FakeDiscord,
     member_payload,

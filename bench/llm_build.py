@@ -1,6 +1,6 @@
 """Language-model build benchmark: summaries from an OpenAI-compatible server 300 ms away.
 
-The server is the tests' stand-in (``tests/fakes/openai_stub.py``) on
+The server is the stand-in (``testkit/openai_stub.py``) on
 127.0.0.1, told to add ``--latency`` seconds to every request; the engine
 reaches it through the real ``openai`` client, as in production. Embeddings
 stay local (the packaged all-MiniLM-L6-v2). Measured, each in a fresh
@@ -52,7 +52,7 @@ from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.llm import LLMClient, LLMSettings, LLMSummarizer
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import BuildReport, ChannelKey
-from tests.fakes.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub, running_stub
 
 TARGET_SPEED_UP = 5.0
 TARGET_ADD_SHARE = 0.20

@@ -1,7 +1,7 @@
 """Slack chat benchmark: how fast questions are acknowledged, shown worked on, and answered.
 
 Everything goes through the real Slack adapter (slack-bolt's ``AsyncApp``) and
-the Slack stand-in of the tests (``tests/fakes/slack_api.py``) on 127.0.0.1,
+the Slack stand-in (``testkit/slack_api.py``) on 127.0.0.1,
 with the real engine and scheduler behind it. A question is a person's message
 tagging the bot: the stand-in delivers its ``message`` and ``app_mention``
 events (over the socket in Socket Mode, as signed POSTs in HTTP mode) and
@@ -58,7 +58,7 @@ from bot.config import BotConfig, Config, RateLimitConfig
 from bot.runtime import Bot
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
-from tests.fakes.slack_api import BOT_USER, TEAM, ApiCall, SlackStandIn, app_running
+from testkit.slack_api import BOT_USER, TEAM, ApiCall, SlackStandIn, app_running
 
 ACK_TARGET_S = 3.0
 ANSWER_TIMEOUT_S = 300.0

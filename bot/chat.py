@@ -2,7 +2,9 @@
 
 Adapters translate their platform's payloads into these and render these
 back; no platform payload crosses into ``bot/``. Every incoming event names
-its channel (a :class:`~raptor_engine.types.ChannelKey`) and the person.
+its channel (a :class:`ChannelKey`: platform, workspace, channel; the engine keys
+its stores by the same value) and the person. Adapters import these from here,
+never from the engine.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from raptor_engine.types import ChannelKey
+from raptor_engine.types import ChannelKey as ChannelKey  # part of this module's surface
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,16 @@ class Vote:
 
 
 Event = Question | Command | Upload | Pin | Unpin | Vote
+
+
+@dataclass(frozen=True, slots=True)
+class SourceView:
+    """A source the channel holds, as adapters see it: ``external_id`` is the platform's id
+    it came from (a pinned message, a file), empty when it has none."""
+
+    id: str
+    title: str
+    external_id: str = ""
 
 
 class CitationKind(str, Enum):

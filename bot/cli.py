@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SAMPLE_DOCUMENT = Path(__file__).parent / "samples" / "aurora-handbook.md"
-SAMPLE_QUESTION = "What happens when the on-call engineer cannot be reached?"
 CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
 CHAT = "chat"
@@ -258,6 +256,7 @@ def hit_json(hit: Hit) -> dict[str, object]:
 
 
 def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
+    from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
     from bot.text_render import format_answer, format_report
 
     result = engine.ingest_file(channel, SAMPLE_DOCUMENT)

@@ -14,9 +14,9 @@ from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
+from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
 from raptor_engine.metering import SpendingLimits
 from raptor_engine.numba_cache import use_cache_dir
-from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import ChromaStore

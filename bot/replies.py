@@ -17,6 +17,7 @@ from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from bot.commands import COMMANDS
 from bot.errors import explain
 from bot.ingestion import adder_id, adder_name
+from bot.schedule_status import ScheduleStatus
 from raptor_engine.answering import quote
 from raptor_engine.errors import DocumentRejected
 from raptor_engine.tree import BuildProgress
@@ -31,7 +32,6 @@ from raptor_engine.types import (
 )
 
 if TYPE_CHECKING:
-    from bot.scheduler import ScheduleStatus
     from raptor_engine.engine import IngestResult
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,17 @@ def unpin_kept_text(kept: Sequence[Source]) -> str:
 
 def rejected_text(error: DocumentRejected) -> str:
     """Why a file was not added, for the person who sent it."""
-    return f"I could not add “{error.filename}”: {error.detail}. Nothing was stored."
+    return _not_added(error.filename, error.detail)
+
+
+def too_large_text(filename: str, size: int, limit: int) -> str:
+    """A file over ``files.max_mb`` refused before it was downloaded (``size`` and ``limit``
+    in bytes), worded as the engine's own refusal of a file it reads."""
+    return _not_added(filename, f"the file is {megabytes(size)}, over the limit of {megabytes(limit)}")
+
+
+def _not_added(filename: str, why: str) -> str:
+    return f"I could not add “{filename}”: {why}. Nothing was stored."
 
 
 # -- commands, limits, errors --------------------------------------------------

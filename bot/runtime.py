@@ -33,12 +33,12 @@ import time
 from collections.abc import Coroutine
 from typing import Any, NoReturn, TypeVar
 
+from bot.chat import ChannelKey, SourceView
 from bot.config import Config
 from bot.handler import ChatHandler
 from bot.memory import limit_heap_growth
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
-from raptor_engine.types import ChannelKey, Source
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,21 @@ class Bot:
         """Stops the scheduler (see ``RebuildScheduler.stop`` for what happens to a running rebuild)."""
         await self.scheduler.stop()
 
-    async def sources(self, key: ChannelKey) -> list[Source]:
+    async def sources(self, key: ChannelKey) -> list[SourceView]:
         """The channel's sources, read in a worker thread."""
-        return await asyncio.to_thread(self.engine.sources, key)
+        sources = await asyncio.to_thread(self.engine.sources, key)
+        return [SourceView(s.id, s.title, s.external_id) for s in sources]
+
+    @property
+    def max_upload_bytes(self) -> int:
+        """The largest file the bot takes (``files.max_mb``): adapters refuse larger ones
+        before downloading them, or download one byte more to tell."""
+        return self.engine.settings.max_file_bytes
+
+    def keep_scheduled(self, key: ChannelKey) -> None:
+        """Schedules the channel's rebuild checks again (after a restart; a channel is
+        scheduled on its own once something is added to it)."""
+        self.scheduler.watch(key)
 
 
 async def open_bot(config: Config) -> Bot:

@@ -37,6 +37,7 @@ from bot.config import BotConfig, ScheduleConfig
 from bot.errors import explain
 from bot.memory import release_free_memory
 from bot.replies import progress_text, report_sentence
+from bot.schedule_status import ScheduleStatus
 from raptor_engine.engine import Engine
 from raptor_engine.errors import RaptorError
 from raptor_engine.tree import BuildProgress
@@ -59,15 +60,6 @@ class RequestResult(str, Enum):
 
     STARTED = "started"  # nothing was running: the rebuild started
     QUEUED = "queued"  # one is running: this one runs right after it (merged with other waiting requests)
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleStatus:
-    """A channel's rebuild state, as :meth:`RebuildScheduler.status` sees it now."""
-
-    running: bool
-    queued: bool
-    next_run: datetime | None  # next scheduled check, None if the schedule is disabled/not started
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,18 +35,18 @@ from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.errors import (
     BuildError,
     ChannelError,
-    SpendingLimitReached,
     DocumentRejected,
     NodeNotFound,
     NothingToBuild,
     ProviderError,
     RejectReason,
+    SpendingLimitReached,
     StoreError,
 )
-from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
-from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
 from raptor_engine.lexical import LexicalIndex
+from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.metering import SpendingLimits, metering
+from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, load_summary_map, retrieve_scoped
 from raptor_engine.scope import SummaryMap
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState, TreeState, leaf_node, profile_digest

@@ -53,8 +53,7 @@ from pypdf.generic import EncodedStreamObject
 from raptor_engine.errors import DocumentRejected, RejectReason
 
 try:  # pypdf >= 6.18; older versions keep their built-in limits (75 MB per stream)
-    from pypdf import Configuration as _PdfConfiguration
-    from pypdf import apply_configuration as _apply_pdf_configuration
+    from pypdf import Configuration as _PdfConfiguration, apply_configuration as _apply_pdf_configuration
 except ImportError:  # pragma: no cover - depends on the installed pypdf
     _PdfConfiguration = None
     _apply_pdf_configuration = None

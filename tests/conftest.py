@@ -33,6 +33,17 @@ REPO = Path(__file__).resolve().parent.parent
 QUALITY_DEV = REPO.parent / "shared" / "data" / "quality-dev.jsonl"
 
 
+def quality_articles(limit: int | None = None) -> list[str]:
+    """The texts of the QuALITY dev articles (``../shared/data/quality-dev.jsonl``), the first
+    ``limit`` of them. Fails the test, loudly, when the file is missing: a test that needs dev
+    data and skips without it would pass on a checkout that cannot run it."""
+    if not QUALITY_DEV.is_file():
+        pytest.fail(f"this test needs the dev data {QUALITY_DEV}, which is missing: check out "
+                    "the shared directory beside the repository", pytrace=False)
+    lines = [line for line in QUALITY_DEV.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line)["input"] for line in lines[:limit]]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The user's cache directory (``XDG_CACHE_HOME``) for the whole session, child processes

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import TextIO
 
 from adapters.console import translate
-from bot.chat import Attachment, Command, Person, Pin, Reply
-from bot.cli import SAMPLE_DOCUMENT, SAMPLE_QUESTION
+from bot.chat import Attachment, ChannelKey, Command, Person, Pin, Reply
 from bot.commands import HELP
 from bot.config import Config
 from bot.runtime import Bot, open_bot
-from raptor_engine.types import ChannelKey
+from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class ConsoleChannel:
         sources = await self.bot.sources(self.key)
         self._next_pin = 1 + max((translate.pin_number_of(s.external_id) for s in sources), default=0)
         if sources:
-            self.bot.scheduler.watch(self.key)  # scheduled rebuilds continue after a restart
+            self.bot.keep_scheduled(self.key)  # scheduled rebuilds continue after a restart
             self._write(
                 f"Welcome back to #{self.key.channel}: {len(sources)} source(s). "
                 "Ask a question, or type /help."
@@ -128,7 +127,7 @@ class ConsoleChannel:
         return path.resolve()
 
     def _max_upload_bytes(self) -> int:
-        return self.bot.engine.settings.max_file_bytes
+        return self.bot.max_upload_bytes
 
 
 async def run_console(config: Config, stdin: TextIO, write: Write, channel: str | None = None) -> None:

@@ -19,9 +19,20 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.chat import CitationView, Command, Event, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
+from bot.chat import (
+    ChannelKey,
+    CitationView,
+    Command,
+    Event,
+    Person,
+    Pin,
+    Question,
+    Reply,
+    ReplyKind,
+    Unpin,
+    Upload,
+)
 from bot.commands import HELP, parse_command
-from raptor_engine.types import ChannelKey
 
 log = logging.getLogger(__name__)
 

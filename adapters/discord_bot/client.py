@@ -230,7 +230,7 @@ class RaptorClient(discord.Client):
         """Downloads one attachment and hands it to the handler as an Upload; a file over
         the size limit is refused before downloading it."""
         send = ChannelSend(message.channel, message)
-        limit = self.raptor.engine.settings.max_file_bytes
+        limit = self.raptor.max_upload_bytes
         if attachment.size > limit:
             await send(render.too_large_reply(attachment.filename, attachment.size, limit))
             return

@@ -30,7 +30,6 @@ import discord
 from adapters.discord_bot import translate
 from bot import replies
 from bot.chat import Attachment, CitationKind, CitationView, Reply, ReplyKind
-from raptor_engine.errors import DocumentRejected, RejectReason
 
 log = logging.getLogger(__name__)
 
@@ -281,13 +280,8 @@ def download_failed_reply(filename: str, reference: str) -> Reply:
 
 def too_large_reply(filename: str, size: int, limit: int) -> Reply:
     """An attachment over ``files.max_mb``, refused before downloading it."""
-    detail = f"the file is {_megabytes(size)}, over the limit of {_megabytes(limit)}"
-    error = DocumentRejected(RejectReason.TOO_LARGE, filename, detail)
-    return Reply(ReplyKind.ERROR, replies.rejected_text(error))
+    return Reply(ReplyKind.ERROR, replies.too_large_text(filename, size, limit))
 
 
 NOT_ENABLED_TEXT = "I'm not enabled in this channel, so I can't help here."
 
-
-def _megabytes(size: int) -> str:
-    return f"{size / 1_000_000:.1f} MB"

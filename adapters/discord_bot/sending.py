@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import discord
 
@@ -21,9 +21,6 @@ from adapters.discord_bot import render
 from adapters.discord_bot.render import Outgoing
 from bot.chat import Reply
 from bot.handler import new_reference
-
-if TYPE_CHECKING:
-    from adapters.discord_bot.client import RaptorClient
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ class InteractionSend:
     in the channel instead. Like :class:`ChannelSend`, it reports failures, never raises.
     """
 
-    def __init__(self, client: RaptorClient, interaction: discord.Interaction, always_private: bool = False) -> None:
+    def __init__(self, client: discord.Client, interaction: discord.Interaction, always_private: bool = False) -> None:
         self._client = client
         self._interaction = interaction
         self._always_private = always_private

@@ -33,10 +33,9 @@ from typing import Any
 
 import discord
 
-from bot.chat import Command, Person, Vote
+from bot.chat import ChannelKey, Command, Person, SourceView, Vote
 from bot.commands import NODE
 from bot.config import DiscordConfig
-from raptor_engine.types import ChannelKey, Source
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +261,7 @@ class PinChanges:
     removed: tuple[str, ...]
 
 
-def pin_changes(channel_id: int, pinned_ids: Sequence[int], sources: Sequence[Source],
+def pin_changes(channel_id: int, pinned_ids: Sequence[int], sources: Sequence[SourceView],
                 files_only: Collection[int] = ()) -> PinChanges:
     """Compares the messages pinned in a channel (or thread) now with the sources the
     engine holds for pins of that same channel; stateless, so it is right after a restart

@@ -53,8 +53,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import translate
-from adapters.slack import web as slack_web
+from adapters.slack import translate, web as slack_web
 from adapters.slack.blocks import render_question
 from adapters.slack.translate import (
     Asked,
@@ -152,7 +151,7 @@ class SlackAdapter:
         self.identity = identity
         self.people = People(client)
         self.outbox = Outbox(client, session)
-        self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.engine.settings.max_file_bytes,
+        self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
                                      config.api_base_url)
         self._seen_events = RecentKeys()
         self._seen_files = RecentKeys()

@@ -34,9 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.chat import Command, Person, Pin, Question, Unpin, Upload, Vote
+from bot.chat import ChannelKey, Command, Person, Pin, Question, Unpin, Upload, Vote
 from bot.commands import parse_command
-from raptor_engine.types import ChannelKey
 
 log = logging.getLogger(__name__)
 

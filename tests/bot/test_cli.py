@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
-from tests.conftest import QUALITY_DEV, REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE, quality_articles
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
@@ -101,9 +101,8 @@ def test_process_exit_codes_and_no_traceback(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not QUALITY_DEV.exists(), reason="needs ../shared/data/quality-dev.jsonl")
 def test_sigkill_mid_rebuild_keeps_previous_tree_and_sources(tmp_path: Path) -> None:
-    articles = [json.loads(line)["input"] for line in QUALITY_DEV.read_text().splitlines()[:3]]
+    articles = quality_articles(3)
     files = []
     for index, article in enumerate(articles):
         path = tmp_path / f"article{index}.txt"

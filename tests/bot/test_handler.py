@@ -22,7 +22,8 @@ from bot.commands import may_manage, parse_command
 from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
 from bot.handler import ChatHandler, retrieval_query
 from bot.ingestion import pin_title
-from bot.scheduler import RebuildScheduler, ScheduleStatus
+from bot.schedule_status import ScheduleStatus
+from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document, SourceKind, TreeStats
 
@@ -338,7 +339,7 @@ def test_chroma_going_away_is_a_clear_reply_and_the_bot_keeps_going(
 def test_a_failing_model_endpoint_is_a_clear_reply(embedder: Any, channel: ChannelKey, tmp_path: Path) -> None:
     from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings
     from raptor_engine.store import ChromaStore
-    from tests.fakes.openai_stub import Behaviour, running_stub
+    from testkit.openai_stub import Behaviour, running_stub
 
     with running_stub() as stub:
         settings = LLMSettings(base_url=stub.base_url, model="stub-model", max_retries=1, backoff_base_s=0.01,

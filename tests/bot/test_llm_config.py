@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
+from testkit.openai_stub import OpenAIStub, running_stub
 from tests.conftest import SAMPLE
-from tests.fakes.openai_stub import OpenAIStub, running_stub
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_a_failing_model_stops_the_build_and_keeps_the_tree(tmp_path: Path, stub
     assert run("--config", config, "rebuild", "--channel", "c")[0] == 0
     (tmp_path / "more.txt").write_text("A new note about parking. " * 40)
     run("--config", config, "ingest", "--channel", "c", str(tmp_path / "more.txt"))
-    from tests.fakes.openai_stub import Behaviour
+    from testkit.openai_stub import Behaviour
 
     stub.default = Behaviour.error(500)
     code, _ = run("--config", config, "rebuild", "--channel", "c")

@@ -293,7 +293,29 @@ def test_an_unexpected_failure_is_logged_with_a_reference(
     assert NOTE not in engine.notes(channel)
 
 
-def test_progress_replies_come_before_the_result_and_apart(engine: Engine, channel: ChannelKey) -> None:
+class SlowSummarizer:
+    """The offline summariser behind a language model's latency: every call takes ``delay_s``."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self._inner = inner
+        self._delay_s = delay_s
+        self.identity = f"{inner.identity}/slow"
+        self.reads_leaves = inner.reads_leaves
+
+    async def summarize(self, texts: Any) -> str:
+        await asyncio.sleep(self._delay_s)
+        return str(await self._inner.summarize(texts))
+
+    async def summarize_whole(self, texts: Any) -> str:
+        await asyncio.sleep(self._delay_s)
+        return str(await self._inner.summarize_whole(texts))
+
+
+def test_progress_replies_come_before_the_result_and_apart(store: ChromaStore, embedder: Any,
+                                                           channel: ChannelKey) -> None:
+    good = make_engine(store, embedder)
+    # Summaries taking 0.3 s each make the build last seconds, long enough for several updates.
+    engine = Engine(store, embedder, embedder.token_counter(), SlowSummarizer(good._summarizer, 0.3), good._answerer)
     engine.ingest_file(channel, SAMPLE)
     small_channel(engine, channel)
     inbox = Inbox()
@@ -307,6 +329,7 @@ def test_progress_replies_come_before_the_result_and_apart(engine: Engine, chann
     assert inbox.kinds[-1] is ReplyKind.INFO
     assert set(inbox.kinds[:-1]) <= {ReplyKind.PROGRESS}
     times = [at for at, reply in inbox.received if reply.kind is ReplyKind.PROGRESS]
+    assert len(times) >= 2, inbox.kinds  # the spacing below means something only then
     assert all(later - earlier >= 0.45 for earlier, later in pairwise(times))
 
 

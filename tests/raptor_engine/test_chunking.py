@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
@@ -19,20 +17,12 @@ from raptor_engine.tokens import (
     default_model_path,
 )
 from raptor_engine.types import Chunk
+from tests.conftest import quality_articles
 
-QUALITY = Path("/work/shared/data/quality-dev.jsonl")
 _WHITESPACE = re.compile(r"\s+")
 
 
-def _quality_articles() -> list[str]:
-    if not QUALITY.is_file():
-        return []
-    with QUALITY.open(encoding="utf-8") as lines:
-        return [json.loads(line)["input"] for line in lines if line.strip()]
-
-
-ARTICLES = _quality_articles()
-needs_quality = pytest.mark.skipif(not ARTICLES, reason=f"{QUALITY} is absent")
+DEV_ARTICLES = 15  # in ../shared/data/quality-dev.jsonl
 
 
 @pytest.fixture(scope="module")
@@ -344,10 +334,9 @@ def test_random_texts_keep_the_invariants(counter: HuggingFaceTokenCounter) -> N
 # --- chunk_text on the QuALITY articles ------------------------------------
 
 
-@needs_quality
-@pytest.mark.parametrize("index", range(len(ARTICLES)) if ARTICLES else [0])
+@pytest.mark.parametrize("index", range(DEV_ARTICLES))
 def test_quality_article_invariants(index: int, counter: HuggingFaceTokenCounter) -> None:
-    text = ARTICLES[index]
+    text = quality_articles()[index]
     recorder = RecordingCounter(counter)
     chunks = chunk_text(text, "src", recorder, 100)
     assert_invariants(text, chunks, counter, 100)
@@ -367,11 +356,11 @@ def test_quality_article_invariants(index: int, counter: HuggingFaceTokenCounter
     assert all(tokens > 100 for tokens in counter.count_many(grown))
 
 
-@needs_quality
 def test_quality_speed(counter: HuggingFaceTokenCounter) -> None:
-    chunk_text(ARTICLES[0], "src", counter)  # warm up
+    articles = quality_articles()
+    chunk_text(articles[0], "src", counter)  # warm up
     began = time.perf_counter()
-    for text in ARTICLES:
+    for text in articles:
         chunk_text(text, "src", counter)
     elapsed = time.perf_counter() - began
     assert elapsed < 3.0, f"chunking the QuALITY articles took {elapsed:.2f} s"  # measured about 0.3 s

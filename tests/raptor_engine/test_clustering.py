@@ -469,6 +469,24 @@ def test_invalid_settings_are_rejected(field: str, value: object) -> None:
         ClusteringSettings(**{field: value})  # type: ignore[arg-type]
 
 
-def test_warm_up_is_repeatable() -> None:
+def _compiled_umap_kernels() -> int:
+    """How many (kernel, signature) pairs numba has compiled or loaded for UMAP so far."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    return sum(len(value.signatures) for name, module in list(sys.modules.items()) if name.startswith("umap")
+               for value in list(vars(module).values()) if isinstance(value, CPUDispatcher))
+
+
+def test_warm_up_compiles_what_clustering_uses() -> None:
+    """The contract of ``warm_up``: after it, clustering compiles nothing more, and a second
+    warm-up compiles nothing either."""
     warm_up()
+    compiled = _compiled_umap_kernels()
+    assert compiled > 0
     warm_up()
+    points, _ = _blobs(300, 6, seed=3)
+    tokens = np.full(300, 100)
+    _check(cluster_rows(points, tokens), 300, tokens)
+    assert _compiled_umap_kernels() == compiled

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 
 import pytest
@@ -13,7 +12,7 @@ from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, Nothing
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, RetrievalMode
-from tests.conftest import QUALITY_DEV, SAMPLE, make_engine
+from tests.conftest import SAMPLE, make_engine, quality_articles
 
 OTHER_TEXT = (
     "The garden committee meets on the first Sunday of every month. Tomatoes are planted in May, "
@@ -307,9 +306,8 @@ def test_a_source_forgotten_during_a_rebuild_stays_forgotten(store, embedder, ch
     assert hits and all(garden.id not in h.node.source_ids for h in hits)
 
 
-@pytest.mark.skipif(not QUALITY_DEV.exists(), reason="needs ../shared/data/quality-dev.jsonl")
 def test_rebuild_cost_follows_the_change(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
-    articles = [json.loads(line)["input"] for line in QUALITY_DEV.read_text().splitlines()[:5]]
+    articles = quality_articles(5)
     engine = make_engine(store, embedder)
     everything = ChannelKey(channel.platform, channel.workspace, channel.channel + "-all")
     for index, article in enumerate(articles):

@@ -24,8 +24,8 @@ from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import SEGMENT_CHARS, ChromaStore, SourceState, channel_digest
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document
+from testkit.openai_stub import Behaviour, OpenAIStub, running_stub
 from tests.conftest import make_engine, traces
-from tests.fakes.openai_stub import Behaviour, OpenAIStub, running_stub
 
 RARE_WORDS = ("quillorbant", "zephyrine", "marrowfield", "snorkelwick")
 SECRET = (

@@ -1,7 +1,7 @@
 """The language-model providers against an OpenAI-compatible stand-in server.
 
 Every call goes through the real ``openai`` client over HTTP to
-``tests.fakes.openai_stub`` on 127.0.0.1; the server is scripted per test
+``testkit.openai_stub`` on 127.0.0.1; the server is scripted per test
 (errors, latency, junk) and records what it received. Backoff is shortened
 so the file runs in a few seconds.
 """
@@ -34,7 +34,7 @@ from raptor_engine.llm import (
     OpenAIEmbedder,
 )
 from raptor_engine.types import Hit, Node
-from tests.fakes.openai_stub import Behaviour, OpenAIStub, running_stub, stub_vector
+from testkit.openai_stub import Behaviour, OpenAIStub, running_stub, stub_vector
 
 API_KEY = "sk-test-0123456789-very-secret"
 INSTRUCTION = "Write a summary of the following, including as many key details as possible:"

@@ -5,7 +5,6 @@ stand-in OpenAI-compatible server on 127.0.0.1 (reached by the real ``openai`` c
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,8 +17,8 @@ from raptor_engine.llm import LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbed
 from raptor_engine.metering import SpendingLimits
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import BuildReport, ChannelKey, Document
-from tests.conftest import QUALITY_DEV, SAMPLE
-from tests.fakes.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub, running_stub
+from tests.conftest import SAMPLE, quality_articles
 
 MakeEngine = Callable[..., Engine]
 GARDEN = ("Tomatoes are planted in May after the last frost. The community garden opens at seven. "
@@ -142,12 +141,11 @@ def test_a_channel_queried_with_another_embedding_model_is_caught(stub: OpenAISt
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not QUALITY_DEV.exists(), reason="needs ../shared/data/quality-dev.jsonl")
 def test_incremental_targets_counted_at_the_server(stub: OpenAIStub, llm_engine: MakeEngine,
                                                    channel: ChannelKey) -> None:
     """The issue's targets on the 15 dev articles: no change → 0 calls; adding one article to
     a channel of the other 14 → at most 20 % of the calls of a full build of 15."""
-    articles = [json.loads(line)["input"] for line in QUALITY_DEV.read_text().splitlines()]
+    articles = quality_articles()
     assert len(articles) == 15
     engine = llm_engine()
     full_channel = ChannelKey(channel.platform, channel.workspace, channel.channel + "-full")

@@ -34,7 +34,7 @@ from raptor_engine.tokens import (
     HuggingFaceTokenCounter,
 )
 from raptor_engine.types import ChannelKey, Chunk, Document, Hit, Node
-from tests.fakes.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub, running_stub
 
 BLOB = random.Random(11).randbytes(50_000).hex()  # 100,000 characters without a space
 PROSE = ("The backup runs nightly at two in the morning. Restores are tested every quarter by the "

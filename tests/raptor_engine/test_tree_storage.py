@@ -4,7 +4,6 @@ that never goes missing. Against embedded Chroma and a real `chroma run` server.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import logging
 import os
 import signal
@@ -12,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

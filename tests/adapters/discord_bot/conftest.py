@@ -23,7 +23,7 @@ from bot.config import BotConfig, Config, DiscordConfig
 from bot.runtime import Bot
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
-from tests.fakes.discord_api import (
+from testkit.discord_api import (
     MANAGE_MESSAGES,
     FakeDiscord,
     Interaction,

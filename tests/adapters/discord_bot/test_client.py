@@ -21,19 +21,12 @@ import pytest
 
 from adapters.discord_bot.client import run_discord
 from adapters.discord_bot.sending import ChannelSend
-from bot.ingestion import adder_name
 from adapters.discord_bot.translate import Place
 from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.ingestion import adder_name
 from raptor_engine.engine import Engine
 from raptor_engine.types import SourceKind
-from tests.adapters.discord_bot.conftest import (
-    ADMIN_ID,
-    World,
-    discord_world,
-    run_world,
-)
-from tests.conftest import SAMPLE
-from tests.fakes.discord_api import (
+from testkit.discord_api import (
     CONTENT_LIMIT,
     EPHEMERAL,
     MESSAGE_CONTENT_INTENT,
@@ -43,6 +36,13 @@ from tests.fakes.discord_api import (
     message_text,
     snowflake,
 )
+from tests.adapters.discord_bot.conftest import (
+    ADMIN_ID,
+    World,
+    discord_world,
+    run_world,
+)
+from tests.conftest import SAMPLE
 
 ON_CALL_QUESTION = "What does the on-call engineer do?"
 FREEZE_NOTE = "Deploys are frozen on Fridays after noon, so that nobody is paged over the weekend."

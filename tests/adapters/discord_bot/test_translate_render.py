@@ -33,7 +33,7 @@ from bot.chat import (
 from bot.config import DiscordConfig
 from bot.errors import ConfigError
 from raptor_engine.types import ChannelKey, Source, SourceKind
-from tests.fakes.discord_api import PRIVATE_THREAD, message_errors, thread_payload
+from testkit.discord_api import PRIVATE_THREAD, message_errors, thread_payload
 
 BOT = 42
 ALICE = SimpleNamespace(id=7, bot=False, name="alice", display_name="Alice")

@@ -1,7 +1,7 @@
 """The Slack adapter end to end: the real slack-bolt ``AsyncApp`` against the stand-in Slack.
 
 Real components only: slack-bolt and slack_sdk talk over 127.0.0.1 to
-``tests/fakes/slack_api.py`` (the Web API, Socket Mode, signed HTTP
+``testkit/slack_api.py`` (the Web API, Socket Mode, signed HTTP
 deliveries); the bot is ``bot.runtime.Bot`` with the real engine on embedded
 Chroma. Every scenario runs in Socket Mode and in HTTP mode. Each test runs
 its own event loop with ``asyncio.run``. The stand-in refuses any message over
@@ -45,8 +45,7 @@ from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import ChannelKey, SourceKind
-from tests.conftest import SAMPLE, make_engine
-from tests.fakes.slack_api import (
+from testkit.slack_api import (
     BOT_USER,
     TEAM,
     SlackStandIn,
@@ -54,6 +53,7 @@ from tests.fakes.slack_api import (
     lines_of,
     slack_config,
 )
+from tests.conftest import SAMPLE, make_engine
 
 MODES = ["socket", "http"]
 ANA, BEN = "UANA", "UBEN"  # Ana is a workspace admin, Ben a member

@@ -1,0 +1,197 @@
+"""The layout's rules, read from the source: an AST walk of every import, module-level,
+inside functions and under ``TYPE_CHECKING`` alike (a late or type-only import is still a
+dependency a reader has to follow).
+
+* ``raptor_engine`` is a plain library: it imports nothing of ``bot``, ``adapters``,
+  ``bench`` or ``tests``;
+* adapters translate between a platform and ``bot``'s public surface: they never import
+  ``raptor_engine``, and one platform's adapter never imports another's;
+* ``bot`` imports adapters only in its composition root;
+* ``testkit`` (the loopback stand-ins of Slack, Discord and an OpenAI-compatible server)
+  serves the tests and the benchmarks only: the running bot (``raptor_engine``, ``bot``,
+  ``adapters``) never imports it;
+* shipped code (``raptor_engine``, ``bot``, ``adapters``, ``bench``, ``testkit``) never
+  imports ``tests``;
+* no two modules import each other, directly or round a longer cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ("raptor_engine", "bot", "adapters", "bench", "testkit")
+# The one module of ``bot`` that knows the adapters: it builds them and hands them the bot.
+COMPOSITION_ROOTS = frozenset({"bot.cli", "bot.platforms"})
+
+
+def module_name(path: Path) -> str:
+    """``bot/chat.py`` -> ``bot.chat``; a package's ``__init__.py`` -> the package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the shipped packages, by dotted name."""
+    found = {}
+    for package in SHIPPED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = path
+    return found
+
+
+def imported_names(path: Path, name: str) -> Iterator[str]:
+    """The dotted names ``path`` imports (``from a.b import c`` gives ``a.b.c`` and ``a.b``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def resolve(target: str, known: dict[str, Path]) -> str | None:
+    """The project module an imported name lands in (its longest known prefix), or None."""
+    parts = target.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in known:
+            return candidate
+    return None
+
+
+def import_graph(known: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Each project module -> the project modules it imports (tests included as targets)."""
+    known = known if known is not None else modules()
+    targets = {**known, **{module_name(p): p for p in (ROOT / "tests").rglob("*.py")}}
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        edges = {resolve(t, targets) for t in imported_names(path, name)}
+        graph[name] = {e for e in edges if e is not None and e != name and not name.startswith(e + ".")}
+    return graph
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def platform_of(name: str) -> str | None:
+    """``adapters.slack.app`` -> ``slack``; None for the shared ``adapters`` modules."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "adapters" and len(parts) > 2 else None
+
+
+def back_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks one of the module docstring's rules, as ``a -> b: why``."""
+    broken = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            why = _rule_broken(source, target)
+            if why:
+                broken.append(f"{source} -> {target}: {why}")
+    return broken
+
+
+def _rule_broken(source: str, target: str) -> str | None:
+    if top(target) == "tests":
+        return "shipped code imports tests"
+    if top(target) == "testkit" and top(source) not in ("testkit", "bench"):
+        return "the running bot imports the test kit"
+    if top(source) == "raptor_engine" and top(target) != "raptor_engine":
+        return "the engine imports the application"
+    if top(source) == "adapters" and top(target) == "raptor_engine":
+        return "an adapter reaches into the engine (use bot's public surface)"
+    if top(source) == "adapters" and top(target) == "adapters":
+        mine, theirs = platform_of(source), platform_of(target)
+        if mine and theirs and mine != theirs:
+            return "one platform's adapter imports another's"
+    if top(source) == "bot" and top(target) == "adapters" and source not in COMPOSITION_ROOTS:
+        return "bot imports an adapter outside the composition root"
+    return None
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in graph.get(node, ()):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_breaks_the_layering() -> None:
+    assert back_edges(import_graph()) == []
+
+
+def test_no_modules_import_each_other() -> None:
+    assert cycles(import_graph()) == []
+
+
+# The checks themselves, on made-up graphs: each rule must catch what it names.
+@pytest.mark.parametrize(("source", "target"), [
+    ("adapters.slack.app", "raptor_engine.types"),
+    ("adapters.slack.app", "adapters.discord_bot.render"),
+    ("raptor_engine.store", "bot.config"),
+    ("bench.soak", "tests.conftest"),
+    ("adapters.slack.app", "testkit.slack_api"),
+    ("bot.handler", "adapters.console.app"),
+])
+def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
+    assert back_edges({source: {target}}) != []
+
+
+def test_allowed_edges_pass() -> None:
+    graph = {"adapters.slack.app": {"bot.chat", "adapters.slack.blocks", "adapters"},
+             "bot.platforms": {"adapters.slack.app"}, "bot.chat": {"raptor_engine.types"},
+             "bench.slack_chat": {"testkit.slack_api", "adapters.slack.app"}}
+    assert back_edges(graph) == []
+
+
+def test_a_cycle_round_three_modules_is_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_relative_and_late_imports_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "app.py"
+    path.write_text("from .blocks import render\nfrom .. import chat\n"
+                    "def later():\n    import raptor_engine.store\n", encoding="utf-8")
+    names = set(imported_names(path, "adapters.slack.app"))
+    assert {"adapters.slack.blocks.render", "adapters.chat", "raptor_engine.store"} <= names
