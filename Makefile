@@ -1,7 +1,6 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make demo   installs into .venv, then opens the console chat on the embedded defaults
 #   make test   installs into .venv, then runs every test (make lint and make typecheck: the gates, not in CI yet)
-# For the edit-test loop: make test-fast (under 2 minutes: no model builds, no processes).
 # Nothing here needs a network beyond the package registries.
 
 VENV ?= .venv
@@ -15,7 +14,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export ANONYMIZED_TELEMETRY := False
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: install demo test test-fast lint typecheck bench clean
+.PHONY: install demo test lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -31,9 +30,6 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
-
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
