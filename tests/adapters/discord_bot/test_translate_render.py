@@ -244,5 +244,5 @@ def test_text_replies_split_and_carry_files_and_references() -> None:
 def test_adapter_notices() -> None:
     assert "reference 0badf00d" in render.send_failed_reply("0badf00d").text
     assert render.download_failed_reply("a.md", "0badf00d").reference == "0badf00d"
-    refused = render.too_large_reply("big.pdf", 30_000_000, 20_000_000)
-    assert refused.text.startswith("I could not add “big.pdf”: the file is 30.0 MB, over the limit of 20.0 MB")
+    refused = render.too_large_reply("big.pdf", 30 * 1024 * 1024, 20 * 1024 * 1024)  # binary MB, as files.max_mb
+    assert refused.text.startswith("I could not add “big.pdf”: the file is 30 MB, over the limit of 20 MB")
