@@ -311,6 +311,8 @@ class SlowSummarizer:
         return str(await self._inner.summarize_whole(texts))
 
 
+@pytest.mark.xfail(strict=True, reason="only one progress reply arrives in a build of several seconds: "
+                   "under investigation (the old form of this test passed vacuously)")
 def test_progress_replies_come_before_the_result_and_apart(store: ChromaStore, embedder: Any,
                                                            channel: ChannelKey) -> None:
     good = make_engine(store, embedder)
