@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -40,8 +41,14 @@ def quality_articles(limit: int | None = None) -> list[str]:
     if not QUALITY_DEV.is_file():
         pytest.fail(f"this test needs the dev data {QUALITY_DEV}, which is missing: check out "
                     "the shared directory beside the repository", pytrace=False)
+    return list(_quality_texts()[:limit])
+
+
+@cache
+def _quality_texts() -> tuple[str, ...]:
+    """The file read and parsed once per session (parametrized tests ask for it per case)."""
     lines = [line for line in QUALITY_DEV.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [json.loads(line)["input"] for line in lines[:limit]]
+    return tuple(json.loads(line)["input"] for line in lines)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("raptor_engine", "bot", "adapters", "bench", "testkit")
-# The one module of ``bot`` that knows the adapters: it builds them and hands them the bot.
+# The modules of ``bot`` that know the adapters: the entry point and the platforms it serves.
 COMPOSITION_ROOTS = frozenset({"bot.cli", "bot.platforms"})
 
 
