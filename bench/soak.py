@@ -494,13 +494,18 @@ class Soak:
                 f"{number % 7 + 1}, and minutes go to the shared folder by Friday.")
         before = set(plan.pins)
         await plan.channel.handle_line(f"/pin {note}")
-        pinned = [s.external_id for s in await self.bot.sources(plan.channel.key)
+        pinned = [s.external_id for s in await self._stored_sources(plan)
                   if s.external_id.startswith(PIN_PREFIX) and s.external_id not in before]
         plan.pins += sorted(pinned, key=pin_number_of)
 
+    async def _stored_sources(self, plan: ChannelPlan) -> list[Source]:
+        """The channel's sources as the store holds them, with links and kinds: the soak checks
+        what was kept, which the adapters' view of a source does not show."""
+        return await asyncio.to_thread(self.bot.engine.sources, plan.channel.key)
+
     async def _source_of(self, plan: ChannelPlan, path: Path) -> Source:
         link = path.resolve().as_uri()
-        for source in await self.bot.sources(plan.channel.key):
+        for source in await self._stored_sources(plan):
             if source.link == link:
                 return source
         raise LookupError(f"{path.name} is not a source of #{plan.channel.key.channel}")
@@ -515,7 +520,7 @@ class Soak:
         """What should be a source at the end and is not: every file, every note still pinned."""
         missing: list[str] = []
         for plan in self.plans:
-            sources = await self.bot.sources(plan.channel.key)
+            sources = await self._stored_sources(plan)
             links = {s.link for s in sources if s.kind is SourceKind.FILE}
             pins = {s.external_id for s in sources}
             name = f"#{plan.channel.key.channel}"
