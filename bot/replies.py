@@ -227,7 +227,10 @@ def progress_text(event: BuildProgress) -> str:
     if event.stage == "embed":
         return f"Rebuilding: embedded {event.done:,} of {_count(event.total, 'excerpt')}…"
     if event.stage == "subtrees":
-        return f"Rebuilding: {event.done:,} of {_count(event.total, 'source tree')} built…"
+        built = f"Rebuilding: {event.done:,} of {_count(event.total, 'source tree')} built"
+        if event.summaries:
+            return f"{built}, {_count(event.summaries, 'summary', 'summaries')} written…"
+        return f"{built}…"
     if event.stage == "cluster":
         return f"Rebuilding: clustering layer {event.layer}…"
     if event.stage == "summarise":

@@ -33,12 +33,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BuildProgress:
-    """A step of a build, for progress bars: ``done`` of ``total`` in ``stage``."""
+    """A step of a build, for progress bars: ``done`` of ``total`` in ``stage``.
+
+    In the ``subtrees`` stage ``summaries`` counts the summaries written so far: a subtree
+    can take minutes, and this is what moves while it grows."""
 
     stage: str
     done: int
     total: int
     layer: int = 0
+    summaries: int = 0
 
 
 ProgressCallback = Callable[[BuildProgress], None]
@@ -148,14 +152,13 @@ class TreeBuilder:
             cpu=asyncio.Lock(),
             clock=_StageClock(),
         )
-        done = 0
-        self._progress(BuildProgress("subtrees", 0, len(groups)))
+        run.subtrees_total = len(groups)
+        self._report_subtrees(run)
 
         async def subtree(leaves: Sequence[Node], vectors: np.ndarray) -> list[_Layer]:
-            nonlocal done
             layers = await self._grow(_leaf_layer(leaves, vectors), run, report=False)
-            done += 1
-            self._progress(BuildProgress("subtrees", done, len(groups)))
+            run.subtrees_done += 1
+            self._report_subtrees(run)
             return layers
 
         try:
@@ -170,6 +173,10 @@ class TreeBuilder:
         run.result.embeddings = np.vstack([layer.vectors for layer in layers]).astype(np.float32)
         run.result.stage_seconds = dict(run.clock.seconds)
         return run.result
+
+    def _report_subtrees(self, run: _Run) -> None:
+        self._progress(BuildProgress("subtrees", run.subtrees_done, run.subtrees_total,
+                                     summaries=run.subtree_summaries))
 
     async def _grow(self, layer: _Layer, run: _Run, report: bool) -> list[_Layer]:
         """``layer`` and every layer built above it, the last holding a single node."""
@@ -278,6 +285,9 @@ class TreeBuilder:
             done += 1
             if number:
                 self._progress(BuildProgress("summarise", done, len(todo), number))
+            else:  # inside a subtree, whose layers are not reported one by one
+                run.subtree_summaries += 1
+                self._report_subtrees(run)
             return text.strip()
 
         made = await _all_or_nothing([make(i) for i in todo])
@@ -312,6 +322,9 @@ class _Run:
     clock: _StageClock
     unsaved: list[tuple[tuple[str, str, tuple[str, ...]], np.ndarray]] = field(default_factory=list)
     made: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # this build's new summaries
+    subtrees_total: int = 0
+    subtrees_done: int = 0
+    subtree_summaries: int = 0  # summaries written inside subtrees so far, for progress
 
     async def cached(self, keys: Sequence[str]) -> dict[str, tuple[str, np.ndarray]]:
         """The summaries of ``keys`` made earlier in this build or found in the cache.
