@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from adapters.discord_bot.client import RaptorClient, run_discord
 from adapters.discord_bot.translate import Place
 from bench.common import (
@@ -144,8 +146,8 @@ def make_fake(channels: int) -> tuple[FakeDiscord, dict[str, Any], dict[str, Any
 async def open_stage(engine: Engine, directory: Path, fake: FakeDiscord, guild: dict[str, Any],
                      asker: dict[str, Any]) -> tuple[Stage, asyncio.Task[None]]:
     await fake.start()
-    discord = DiscordConfig(token="bench-token", api_base_url=fake.api_base_url, gateway_url=fake.gateway_url,
-                            reply_in_thread=True)
+    discord = DiscordConfig(token=SecretStr("bench-token"), api_base_url=fake.api_base_url,
+                            gateway_url=fake.gateway_url, reply_in_thread=True)
     # One person asks everything here: the per-person question limit is off (0).
     settings = BotConfig(rate_limits=RateLimitConfig(questions_per_user_per_minute=0),
                          schedule=ScheduleConfig(enabled=False))

@@ -145,7 +145,7 @@ def targets(measured: Sequence[Measured]) -> tuple[list[str], dict[str, object]]
         f"adding one article: {added.served_calls} calls = {share:.1%} of the full build's {parallel.served_calls} "
         f"(target <= {TARGET_ADD_SHARE:.0%}): {verdict(share <= TARGET_ADD_SHARE)}",
     ]
-    figures = {"speed_up": speed_up, "unchanged_calls": unchanged.served_calls, "add_share": share,
+    figures: dict[str, object] = {"speed_up": speed_up, "unchanged_calls": unchanged.served_calls, "add_share": share,
                "speed_up_pass": speed_up >= TARGET_SPEED_UP, "unchanged_pass": unchanged.served_calls == 0,
                "add_share_pass": share <= TARGET_ADD_SHARE}
     return lines, figures

@@ -96,4 +96,4 @@ def paired_difference(a: Sequence[float], b: Sequence[float], resamples: int = R
     if len(a) != len(b):
         raise ValueError(f"paired values differ in length: {len(a)} and {len(b)}")
     diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    return Paired(mean_interval(diffs, resamples), int((diffs > 0).sum()), int((diffs < 0).sum()))
+    return Paired(mean_interval(diffs.tolist(), resamples), int((diffs > 0).sum()), int((diffs < 0).sum()))

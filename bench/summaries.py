@@ -86,8 +86,7 @@ class CentralitySummarizer:
         return await asyncio.to_thread(self.summarize_now, texts)
 
     def summarize_now(self, texts: Sequence[str]) -> str:
-        seen: set[str] = set()
-        sentences = [s for t in texts for s in sentences_of(t) if s and not (s in seen or seen.add(s))]
+        sentences = list(dict.fromkeys(s for t in texts for s in sentences_of(t) if s))
         if len(sentences) <= 1:
             return sentences[0] if sentences else ""
         counts = self._counter.count_many(sentences)

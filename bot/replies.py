@@ -384,9 +384,10 @@ def when(moment: str | datetime) -> str:
         if not moment:
             return "at an unknown time"
         try:
-            moment = datetime.fromisoformat(moment)
+            parsed = datetime.fromisoformat(moment)
         except ValueError:
             return moment
+        return when(parsed)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

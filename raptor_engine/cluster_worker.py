@@ -180,7 +180,8 @@ def _warm_up_in_worker() -> bool:
     """UMAP's warm-up, run in the worker: the clustering code is imported there, not here."""
     from raptor_engine import clustering
 
-    return clustering.warm_up()
+    clustering.warm_up()
+    return True
 
 
 def warm_up() -> bool:

@@ -77,7 +77,7 @@ class SentenceTransformerEmbedder:
         return self._export is not None and self._export.is_file()
 
     def _load(self) -> None:
-        if self._export_ready():
+        if self._export is not None and self._export.is_file():
             try:
                 self._encoder = OnnxEncoder(self._export, Path(self._location))
                 return

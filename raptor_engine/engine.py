@@ -791,7 +791,7 @@ class _SummaryCacheView:
     that summaries of a source forgotten meanwhile are removed at once.
     """
 
-    def __init__(self, channel: ChannelStore, profile: str, written: Callable[[set[str]], None]) -> None:
+    def __init__(self, channel: ChannelStore, profile: str, written: Callable[[set[str]], object]) -> None:
         self._channel = channel
         self._profile = profile
         self._written = written

@@ -44,19 +44,19 @@ import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import Any
 
 from lxml import etree
-from pypdf import PasswordType, PdfReader
+from pypdf import (
+    Configuration as PdfConfiguration,
+    PasswordType,
+    PdfReader,
+    apply_configuration as apply_pdf_configuration,
+)
 from pypdf.errors import DependencyError, LimitReachedError
 from pypdf.generic import EncodedStreamObject
 
 from raptor_engine.errors import DocumentRejected, RejectReason
-
-try:  # pypdf >= 6.18; older versions keep their built-in limits (75 MB per stream)
-    from pypdf import Configuration as _PdfConfiguration, apply_configuration as _apply_pdf_configuration
-except ImportError:  # pragma: no cover - depends on the installed pypdf
-    _PdfConfiguration = None
-    _apply_pdf_configuration = None
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -877,11 +877,9 @@ def _load_pdf(data: bytes, filename: str, budget: _Budget) -> LoadedText:
 def _pdf_limits() -> contextlib.AbstractContextManager[object]:
     """pypdf's decompression limits lowered to :data:`_PDF_MAX_STREAM_BYTES` per
     stream, for the current thread (pypdf keeps them in a context variable)."""
-    if _apply_pdf_configuration is None or _PdfConfiguration is None:
-        return contextlib.nullcontext()
-    known = {f.name for f in dataclasses.fields(_PdfConfiguration)}
-    limits = {name: _PDF_MAX_STREAM_BYTES for name in _PDF_STREAM_LIMITS if name in known}
-    return _apply_pdf_configuration(**limits)
+    known = {f.name for f in dataclasses.fields(PdfConfiguration)}
+    limits: dict[str, Any] = {name: _PDF_MAX_STREAM_BYTES for name in _PDF_STREAM_LIMITS if name in known}
+    return apply_pdf_configuration(None, **limits)
 
 
 def _check_pdf_envelope(data: bytes, filename: str) -> None:

@@ -95,7 +95,7 @@ def cache_umap_kernels() -> int:
         serial = [k for k in kernels if not k.targetoptions.get("parallel")]
         chosen = kernels if len(kernels) == 1 else serial[:1]
         for kernel in chosen:
-            if isinstance(kernel._cache, NullCache):
+            if isinstance(getattr(kernel, "_cache", None), NullCache):  # numba's private field: no API reads it
                 kernel.enable_caching()
                 switched += 1
     if switched:

@@ -245,7 +245,7 @@ class ChromaStore:
         return cls(client)
 
     @staticmethod
-    def _auth_settings(token: str, token_header: str, username: str, password: str) -> dict[str, str]:
+    def _auth_settings(token: str, token_header: str, username: str, password: str) -> dict[str, Any]:
         """Chroma client settings for a token or HTTP basic credentials ({} for none).
         Chroma itself refuses a token of other than ASCII letters, digits and punctuation
         with a message that reads like a connection failure: checked here instead."""

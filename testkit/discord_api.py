@@ -864,7 +864,7 @@ class FakeDiscord:
         path = "/" + request.match_info["path"]
         body, files = await _read_body(request)
         call = Call(request.method, path, dict(request.query), body, tuple(files), time.perf_counter())
-        response = self._injected_failure(request.method, path)
+        response: web.StreamResponse | None = self._injected_failure(request.method, path)
         if response is None:
             response = await self._route(request.method, path, call)
         self.calls.append(replace(call, status=response.status))
@@ -955,8 +955,8 @@ class FakeDiscord:
             before = datetime.fromisoformat(call.params["before"])
             pins = [p for p in pins if datetime.fromisoformat(p[1]) < before]
         page = pins[:limit]
-        items = [{"pinned_at": at, "message": {**self._find(channel, mid), "pinned": True}} for mid, at in page
-                 if self._find(channel, mid)]
+        found = [(at, self._find(channel, mid)) for mid, at in page]
+        items = [{"pinned_at": at, "message": {**message, "pinned": True}} for at, message in found if message]
         return _json({"items": items, "has_more": len(pins) > limit})
 
     async def _post_message(self, call: Call, channel: str) -> web.Response:

@@ -133,7 +133,7 @@ class OpenAIStub:
     def base_url(self) -> str:
         assert self._server is not None, "the stub is not running"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def script(self, *behaviours: Behaviour) -> None:
         """Queues behaviours for the next requests, in order."""

@@ -765,10 +765,11 @@ def slack_config(slack: SlackStandIn, mode: str, command: str = "/raptor") -> An
     """A ``SlackConfig`` pointing the adapter at the stand-in (HTTP mode on a free loopback port)."""
     from bot.config import SlackConfig
 
-    return SlackConfig(
-        bot_token=slack.bot_token, app_token=slack.app_token, signing_secret=slack.signing_secret,
-        mode=mode, api_base_url=slack.base_url, http_host="127.0.0.1", http_port=free_port(), command=command,
-    )
+    return SlackConfig.model_validate({
+        "bot_token": slack.bot_token, "app_token": slack.app_token, "signing_secret": slack.signing_secret,
+        "mode": mode, "api_base_url": slack.base_url, "http_host": "127.0.0.1", "http_port": free_port(),
+        "command": command,
+    })
 
 
 @contextlib.asynccontextmanager

@@ -353,7 +353,7 @@ class RaptorClient(discord.Client):
         """Presses on the bot's buttons (component interactions); slash commands go through the tree."""
         if interaction.type is not discord.InteractionType.component:
             return
-        data: Mapping[str, Any] = interaction.data or {}  # type: ignore[assignment]
+        data: Mapping[str, Any] = interaction.data or {}
         action = translate.parse_custom_id(str(data.get("custom_id", "")))
         if action is None:
             return

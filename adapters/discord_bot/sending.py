@@ -173,10 +173,9 @@ class InteractionSend:
                 await channel.send(content=content)
 
     def _channel(self) -> Any:
-        channel = self._interaction.channel
-        if channel is None and self._interaction.channel_id is not None:
-            channel = self._client.get_partial_messageable(self._interaction.channel_id)
-        return channel
+        if self._interaction.channel is None and self._interaction.channel_id is not None:
+            return self._client.get_partial_messageable(self._interaction.channel_id)
+        return self._interaction.channel
 
 
 def message_arguments(outgoing: Outgoing) -> dict[str, Any]:

@@ -59,6 +59,7 @@ NOTE_TIMEOUT_S = 10.0
 
 # What the network can throw at a call, besides Slack's own refusals.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (SlackClientError, aiohttp.ClientError, TimeoutError)
+NOTE_ERRORS = TRANSPORT_ERRORS + (OSError,)  # a response_url's webhook also fails with plain socket errors
 
 
 def error_code(error: BaseException) -> str:
@@ -335,7 +336,7 @@ class Outbox:
             try:
                 if await asyncio.wait_for(attempt(target, thread, text), NOTE_TIMEOUT_S):
                     return True
-            except (*TRANSPORT_ERRORS, OSError) as exc:
+            except NOTE_ERRORS as exc:
                 log.info("telling %s in %s by %s failed: %s", target.user, target.channel, attempt.__name__,
                          error_code(exc))
         log.error("could not tell anyone in %s: %s", target.channel, text)
@@ -360,6 +361,6 @@ class Outbox:
         return True
 
 
-def _in(thread: str) -> dict[str, str]:
+def _in(thread: str) -> dict[str, Any]:
     """``thread_ts`` only when there is a thread: JSON calls would send a null otherwise."""
     return {"thread_ts": thread} if thread else {}
