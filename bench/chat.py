@@ -44,8 +44,9 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
-from bot.runtime import Bot, open_bot
+from bot.runtime import Bot
 from raptor_engine.types import ChannelKey
 
 TARGET_RATIO = 2.0

@@ -81,8 +81,9 @@ from bench.common import (
     write_json,
 )
 from bot.chat import Reply, ReplyKind
+from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
-from bot.runtime import Bot, open_bot
+from bot.runtime import Bot
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 from raptor_engine.types import Source, SourceKind
 

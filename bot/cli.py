@@ -1,8 +1,9 @@
 """The command line: ``python -m bot [COMMAND --channel C ...]`` on the configured engine.
 
-``chat``, the default when no command is given, opens the console chat: the
-terminal becomes a channel where questions are answered with citations and the
-chat commands (rebuild, status, sources, ...) run. The other commands do one
+``serve`` (alias ``chat``), the default when no command is given, serves the bot
+until stopped: on Slack and Discord when their tokens are configured, else on the
+console, where the terminal becomes a channel that answers with citations and runs
+the chat commands (rebuild, status, sources, ...). The other commands do one
 thing and exit: ``ingest``, ``rebuild``, ``ask``, ``retrieve``, ``inspect``,
 ``sources``, ``forget`` and ``demo`` (ingest the bundled sample and answer a
 question about it). Errors a person can fix are one line on stderr and exit 1;
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
-CHAT = "chat"
+SERVE = "serve"
+SERVE_ALIASES = ("chat",)  # its name before Slack and Discord were served too
 CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
 
@@ -55,14 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     # Not required: with no command, the console chat opens (see main).
     commands = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
-        if name not in ("demo", CHAT):
+    def command(name: str, help_text: str, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
+        sub.set_defaults(command=name)  # an alias runs the command it stands for
+        if name not in ("demo", SERVE):
             sub.add_argument("--channel", required=True, help="the channel's name")
         return sub
 
-    chat = command(CHAT, "chat in this terminal with the bot (the default command)")
-    chat.add_argument("--channel", help="the console channel's name (default: console.channel of the configuration)")
+    serve = command(SERVE, "serve the bot until stopped: on Slack and Discord when configured, "
+                           "else chat in this terminal (the default command)", SERVE_ALIASES)
+    serve.add_argument("--channel", help="the console channel's name (default: console.channel of the configuration)")
 
     command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
     command("rebuild", "build the channel's tree from its sources")
@@ -85,7 +89,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
     """Runs one command; returns the process exit code."""
     args = build_parser().parse_args(argv)
     if args.command is None:
-        args.command, args.channel = CHAT, None
+        args.command, args.channel = SERVE, None
     configure_logging("WARNING", args.verbose)  # until the configuration is read
     try:
         config = load_config(args.config)
@@ -120,8 +124,8 @@ def configure_logging(level: str, verbose: bool) -> None:
 
 
 def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:
-    if args.command == CHAT:
-        return _chat(config, args.channel, stdin, stdout)
+    if args.command == SERVE:
+        return _serve(config, args.channel, stdin, stdout)
     held = _start_clustering(config) if args.command in CLUSTERING else None  # noqa: F841  # the lock, until the store holds it
     from bot.composition import build_engine  # heavy: only once arguments are valid
     from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
@@ -151,26 +155,16 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     return 0
 
 
-def _chat(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -> int:
+def _serve(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -> int:
     """Slack and/or Discord when their tokens are configured, else the console chat; until
     SIGINT or SIGTERM (or, on the console, end of input or ``/quit``)."""
-    # The entry point is the composition root: it alone may know the adapters (imported late,
-    # so the one-shot commands do not load them).
+    from bot.composition import chosen_adapters, serve  # heavy: only once arguments are valid
     from bot.runtime import run_until_signalled
-
-    if config.slack.enabled or config.discord.enabled:
-        from bot.platforms import serve_platforms
-
-        print("Serving " + " and ".join(name for name, on in (("Slack", config.slack.enabled),
-              ("Discord", config.discord.enabled)) if on) + "; stop with Ctrl-C or SIGTERM.", file=stdout, flush=True)
-        asyncio.run(run_until_signalled(serve_platforms(config)))
-        return 0
-    from adapters.console.app import run_console
 
     def write(text: str) -> None:
         print(text, file=stdout, flush=True)
 
-    asyncio.run(run_until_signalled(run_console(config, stdin, write, channel)))
+    asyncio.run(run_until_signalled(serve(config, chosen_adapters(config, stdin, write, channel), write)))
     return 0
 
 

@@ -1,15 +1,31 @@
-"""The composition root: turns a validated :class:`~bot.config.Config` into a running engine."""
+"""The composition root: the one module that builds the engine, the bot and the adapters
+from a validated :class:`~bot.config.Config`, and owns their life cycle.
+
+* :func:`build_engine` for the one-shot commands (``python -m bot rebuild`` ...);
+* :func:`open_bot` and :func:`serve` for a long-running bot: the bot is opened and
+  started here, every adapter (:class:`adapters.protocol.Adapter`) is handed the
+  started bot, and the bot is stopped here when the first adapter ends or a signal
+  cancels the session;
+* :func:`chosen_adapters`: the configured chat platforms, else the console.
+
+Nothing else in ``bot`` imports ``adapters``; adapters never import this module.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.build_lock import MachineBuildLocks
 from bot.config import Config
 from bot.data_lock import DataLock, lock_data_dir
+from bot.memory import limit_heap_growth
 from bot.paths import machine_home, user_cache
+from bot.runtime import Bot
 from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
@@ -23,6 +39,9 @@ from raptor_engine.store import ChromaStore
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
 from raptor_engine.types import RetrievalMode
+
+if TYPE_CHECKING:
+    from adapters.protocol import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -184,3 +203,53 @@ def build_guard(config: Config) -> MachineBuildLocks | None:
     if not chroma.host:
         return None
     return MachineBuildLocks.for_server(machine_home(config), chroma.host, chroma.port, chroma.tenant, chroma.database)
+
+
+async def open_bot(config: Config) -> Bot:
+    """The bot the configuration describes, not started yet. Building the engine loads
+    the embedding model (seconds), so it happens in a worker thread."""
+    limit_heap_growth()  # before the engine starts its threads: a bot runs for months
+    engine = await asyncio.to_thread(build_engine, config)
+    return Bot(config, engine)
+
+
+def chosen_adapters(config: Config, stdin: TextIO, write: Callable[[str], None],
+                    channel: str | None = None) -> list[Adapter]:
+    """Every chat platform ``config`` has credentials for; the console (on ``stdin`` and
+    ``write``, in ``channel``) when there is none."""
+    from adapters.console.app import ConsoleSession
+    from adapters.registry import configured_platforms
+
+    return configured_platforms(config) or [ConsoleSession(stdin, write, channel)]
+
+
+async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str], None]) -> None:
+    """Opens and starts the bot, serves it on every adapter until the first one ends (the
+    console's ``/quit``) or fails, or until cancelled (a signal); then stops the bot and
+    cancels the adapters. An adapter's failure is raised after the bot has stopped.
+
+    The bot stops before the adapters close, so that people whose rebuild was interrupted
+    are told while the platforms can still carry the message. ``say`` tells the operator
+    at the terminal what happens (starting, serving, stopped)."""
+    names = " and ".join(adapter.name for adapter in adapters)
+    if all(adapter.ends_on_its_own for adapter in adapters):
+        say("Starting (loading the embedding model)…")
+    else:
+        say(f"Serving {names}; stop with Ctrl-C or SIGTERM.")
+    bot = await open_bot(config)
+    await bot.start()
+    tasks = {asyncio.ensure_future(adapter.serve(bot)): adapter for adapter in adapters}
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # an adapter that failed: raised once the bot has stopped
+            adapter = tasks[task]
+            log.log(logging.INFO if adapter.ends_on_its_own else logging.ERROR,
+                    "%s stopped serving; stopping the bot", adapter.name)
+    finally:
+        await bot.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        say("Bye.")
+

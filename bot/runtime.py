@@ -1,10 +1,11 @@
 """The composition of a chat session: the engine, the rebuild scheduler and the chat handler.
 
-Adapters receive a started :class:`Bot` and talk to ``bot.handler`` only::
+Adapters receive a started :class:`Bot` from the composition root
+(:func:`bot.composition.serve`) and talk to ``bot.handler`` only::
 
-    bot = await open_bot(config)       # loads the embedding model in a worker thread
+    bot = await open_bot(config)       # bot.composition: loads the embedding model in a thread
     await bot.start()                  # scheduler running, UMAP warming up in the background
-    ...                                # the adapter feeds events to bot.handler.handle
+    ...                                # each adapter feeds events to bot.handler.handle
     await bot.stop()
 
 :func:`run_until_signalled` is for entry points: it runs a coroutine until it
@@ -36,7 +37,6 @@ from typing import Any, NoReturn, TypeVar
 from bot.chat import ChannelKey, SourceView
 from bot.config import Config
 from bot.handler import ChatHandler
-from bot.memory import limit_heap_growth
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
 
@@ -88,16 +88,6 @@ class Bot:
         """Schedules the channel's rebuild checks again (after a restart; a channel is
         scheduled on its own once something is added to it)."""
         self.scheduler.watch(key)
-
-
-async def open_bot(config: Config) -> Bot:
-    """The bot the configuration describes, not started yet. Building the engine loads
-    the embedding model (seconds), so it happens in a worker thread."""
-    from bot.composition import build_engine  # imports torch: only when a bot is really opened
-
-    limit_heap_growth()  # before the engine starts its threads: a bot runs for months
-    engine = await asyncio.to_thread(build_engine, config)
-    return Bot(config, engine)
 
 
 async def run_until_signalled(main: Coroutine[Any, Any, T], exit_process: bool = True) -> T | None:

@@ -224,6 +224,11 @@ class RebuildScheduler:
             next_run=job.next_run_time if job is not None else None,
         )
 
+    @property
+    def started(self) -> bool:
+        """Between :meth:`start` and :meth:`stop`."""
+        return self._scheduler is not None
+
     def job(self, key: ChannelKey) -> Job | None:
         """The channel's APScheduler job, None if it has none or the scheduler is not started."""
         return self._scheduler.get_job(_job_id(key)) if self._scheduler is not None else None

@@ -6,7 +6,8 @@ dependency a reader has to follow).
   ``bench`` or ``tests``;
 * adapters translate between a platform and ``bot``'s public surface: they never import
   ``raptor_engine``, and one platform's adapter never imports another's;
-* ``bot`` imports adapters only in its composition root;
+* ``bot`` imports adapters only in its composition root, which no adapter imports (the
+  root hands each adapter a started bot);
 * ``testkit`` (the loopback stand-ins of Slack, Discord and an OpenAI-compatible server)
   serves the tests and the benchmarks only: the running bot (``raptor_engine``, ``bot``,
   ``adapters``) never imports it;
@@ -25,8 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("raptor_engine", "bot", "adapters", "bench", "testkit")
-# The modules of ``bot`` that know the adapters: the entry point and the platforms it serves.
-COMPOSITION_ROOTS = frozenset({"bot.cli", "bot.platforms"})
+# The one module of ``bot`` that knows the adapters: it builds everything and runs the adapters.
+COMPOSITION_ROOTS = frozenset({"bot.composition"})
 
 
 def module_name(path: Path) -> str:
@@ -119,6 +120,8 @@ def _rule_broken(source: str, target: str) -> str | None:
             return "one platform's adapter imports another's"
     if top(source) == "bot" and top(target) == "adapters" and source not in COMPOSITION_ROOTS:
         return "bot imports an adapter outside the composition root"
+    if top(source) == "adapters" and target in COMPOSITION_ROOTS:
+        return "an adapter imports the composition root (it receives a started bot instead)"
     return None
 
 
@@ -173,6 +176,8 @@ def test_no_modules_import_each_other() -> None:
     ("bench.soak", "tests.conftest"),
     ("adapters.slack.app", "testkit.slack_api"),
     ("bot.handler", "adapters.console.app"),
+    ("bot.cli", "adapters.registry"),
+    ("adapters.console.app", "bot.composition"),
 ])
 def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
     assert back_edges({source: {target}}) != []
@@ -180,7 +185,8 @@ def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
 
 def test_allowed_edges_pass() -> None:
     graph = {"adapters.slack.app": {"bot.chat", "adapters.slack.blocks", "adapters"},
-             "bot.platforms": {"adapters.slack.app"}, "bot.chat": {"raptor_engine.types"},
+             "bot.composition": {"adapters.registry"}, "adapters.registry": {"adapters.slack.app"},
+             "bot.chat": {"raptor_engine.types"},
              "bench.slack_chat": {"testkit.slack_api", "adapters.slack.app"}}
     assert back_edges(graph) == []
 

@@ -3,8 +3,8 @@
 :class:`ConsoleChannel` turns typed lines into neutral events (see
 :mod:`adapters.console.translate`), hands them to the bot's handler, and
 writes the replies through an injected ``write``; tree pictures are saved as
-PNG files and their path printed. :func:`run_console` is the whole session
-behind ``python -m bot``.
+PNG files and their path printed. :class:`ConsoleSession` is the adapter
+``python -m bot serve`` runs when no chat platform is configured.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import TextIO
 from adapters.console import translate
 from bot.chat import Attachment, ChannelKey, Command, Person, Pin, Reply
 from bot.commands import HELP
-from bot.config import Config
-from bot.runtime import Bot, open_bot
+from bot.runtime import Bot
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 
 log = logging.getLogger(__name__)
@@ -130,19 +129,24 @@ class ConsoleChannel:
         return self.bot.max_upload_bytes
 
 
-async def run_console(config: Config, stdin: TextIO, write: Write, channel: str | None = None) -> None:
-    """The whole console session: opens and starts the bot, greets, handles lines until
-    end of input or ``/quit`` (or cancellation by a signal), and stops the bot."""
-    write("Starting (loading the embedding model)…")
-    bot = await open_bot(config)
-    await bot.start()
-    try:
-        console = ConsoleChannel(bot, write, channel)
+class ConsoleSession:
+    """The terminal in the shape the composition root serves (:class:`adapters.protocol.Adapter`):
+    one :class:`ConsoleChannel` reading ``stdin`` and writing through ``write``."""
+
+    name = "the console"
+    ends_on_its_own = True
+
+    def __init__(self, stdin: TextIO, write: Write, channel: str | None = None) -> None:
+        """``channel`` overrides ``config.console.channel``."""
+        self._stdin = stdin
+        self._write = write
+        self._channel = channel
+
+    async def serve(self, bot: Bot) -> None:
+        """Greets, then handles lines until end of input or ``/quit`` (or cancellation)."""
+        console = ConsoleChannel(bot, self._write, self._channel)
         await console.start()
-        await console.run(stdin)
-    finally:
-        await bot.stop()
-        write("Bye.")
+        await console.run(self._stdin)
 
 
 def _read_lines(stdin: TextIO) -> asyncio.Queue[str | None]:

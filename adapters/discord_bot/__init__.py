@@ -3,12 +3,12 @@
 ``translate`` holds the pure translation of Discord's objects into neutral
 events, ``render`` the pure rendering of replies as messages within Discord's
 limits, ``sending`` posts them, ``connection`` keeps discord.py connected, and
-``client`` holds the discord.py client and :func:`run_discord`, the entry point
-``python -m bot`` calls when ``discord.token`` is set.
+``client`` holds the discord.py client, :func:`run_discord` and :class:`DiscordPlatform`,
+the adapter ``python -m bot serve`` runs when ``discord.token`` is set.
 
 (Never name a module here ``discord``: it would shadow the SDK.)
 """
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordPlatform, RaptorClient, run_discord
 
-__all__ = ["RaptorClient", "run_discord"]
+__all__ = ["DiscordPlatform", "RaptorClient", "run_discord"]

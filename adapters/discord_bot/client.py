@@ -522,3 +522,17 @@ async def run_discord(bot: Bot, config: DiscordConfig, *, guild_ready_timeout: f
             await stay_connected(client)
         finally:
             await client.close()
+
+
+class DiscordPlatform:
+    """The Discord adapter in the shape the composition root serves (:class:`adapters.protocol.Adapter`)."""
+
+    name = "Discord"
+    ends_on_its_own = False
+
+    def __init__(self, config: DiscordConfig) -> None:
+        self._config = config
+
+    async def serve(self, bot: Bot) -> None:
+        """See :func:`run_discord`."""
+        await run_discord(bot, self._config)

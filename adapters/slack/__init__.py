@@ -7,7 +7,8 @@
 * :mod:`adapters.slack.web` — the Web API and file-download side: people,
   threads, downloads, reactions, and delivering replies (failures reported).
 * :mod:`adapters.slack.app` — the ``AsyncApp``, its listeners, and
-  :func:`~adapters.slack.app.run_slack`, the entry point.
+  :func:`~adapters.slack.app.run_slack` with :class:`~adapters.slack.app.SlackPlatform`,
+  the adapter ``python -m bot serve`` runs when ``slack.bot_token`` is set.
 
 ``manifest.yaml`` beside this file creates the Slack app with every scope and
 event used here.

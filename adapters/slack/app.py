@@ -577,3 +577,17 @@ def _bound_address(runner: web.AppRunner, config: SlackConfig) -> tuple[str, int
         if isinstance(address, tuple) and len(address) >= 2:
             return str(address[0]), int(address[1])
     return config.http_host, config.http_port
+
+
+class SlackPlatform:
+    """The Slack adapter in the shape the composition root serves (:class:`adapters.protocol.Adapter`)."""
+
+    name = "Slack"
+    ends_on_its_own = False
+
+    def __init__(self, config: SlackConfig) -> None:
+        self._config = config
+
+    async def serve(self, bot: Bot) -> None:
+        """See :func:`run_slack`."""
+        await run_slack(bot, self._config)
