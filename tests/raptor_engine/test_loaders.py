@@ -19,14 +19,15 @@ import pytest
 from pypdf import PageObject, PdfReader, PdfWriter
 from pypdf.errors import DependencyError
 
-from raptor_engine import loaders
 from raptor_engine.errors import DocumentRejected, RejectReason
 from raptor_engine.loaders import (
     DEFAULT_MAX_BYTES,
     SUPPORTED_SUFFIXES,
     LoadedText,
+    common as loader_common,
     load_bytes,
     load_file,
+    pdf as pdf_loader,
 )
 
 # --------------------------------------------------------------------------
@@ -369,7 +370,7 @@ def test_pdf_with_broken_body(good_pdf: bytes) -> None:
 
 
 def test_pdf_page_cap_refuses_before_reading_pages(good_pdf: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loaders, "_PDF_MAX_PAGES", 1)
+    monkeypatch.setattr(pdf_loader, "_PDF_MAX_PAGES", 1)
     exc = reject(good_pdf, "long.pdf", RejectReason.TOO_LARGE)
     assert "2 pages" in exc.detail and "limit of 1" in exc.detail
 
@@ -577,7 +578,7 @@ def test_html_and_docx_over_the_text_limit() -> None:
 
 
 def test_time_budget_refuses(good_pdf: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loaders, "_TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(loader_common, "TIME_BUDGET_S", -1.0)
     for data, filename in [
         (good_pdf, "slow.pdf"),
         (make_docx(["Some text."]), "slow.docx"),
