@@ -20,13 +20,16 @@ channel never uses are named at the end ("I found nothing about …").
 
 Called without a scope (an older caller), the answerer falls back on a cosine
 floor: nodes and sentences under ``min_relevance`` do not answer.
+
+:func:`cite` turns an answer's ``[n]`` markers into its cited nodes; the
+model's answerer (``raptor_engine.llm.answerer``) uses it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,20 +177,30 @@ def _cited(
     ``lead`` is the (node index, text) of a leading summary, set apart from the
     sentences after it by a blank line.
     """
-    numbers: dict[int, int] = {}
-    citations: list[Citation] = []
+    numbers: dict[int, int] = {}  # node index -> its marker; insertion order is the order of first use
 
     def number(index: int) -> int:
-        if index not in numbers:
-            numbers[index] = len(numbers) + 1
-            node = nodes[index].node
-            citations.append(Citation(numbers[index], node.id, node.layer, node.title, node.link, quote(node.text)))
-        return numbers[index]
+        return numbers.setdefault(index, len(numbers) + 1)
 
     parts = [f"{text} [{number(index)}]" for index, text in lead]
     body = " ".join(f"{sentence.text} [{number(sentence.hit)}]" for sentence in chosen)
     text = "\n\n".join(part for part in (*parts, body) if part)
-    return Answer(text=text, citations=tuple(citations), hits=tuple(hits), found=True)
+    return Answer(text=text, citations=cite(nodes, numbers), hits=tuple(hits), found=True)
+
+
+def cite(hits: Sequence[Hit], order: Iterable[int]) -> tuple[Citation, ...]:
+    """The citations of an answer whose ``[1]``, ``[2]``, … markers name ``hits[order[0]]``,
+    ``hits[order[1]]``, …: one per index of ``order`` (indices into ``hits``), numbered from 1.
+
+    The one place an answer's markers become cited nodes, for this answerer and for
+    the model's (``raptor_engine.llm.answerer``), so both cite a node alike.
+    """
+    return tuple(_citation(number, hits[index]) for number, index in enumerate(order, start=1))
+
+
+def _citation(number: int, hit: Hit) -> Citation:
+    node = hit.node
+    return Citation(number, node.id, node.layer, node.title, node.link, quote(node.text))
 
 
 def _distinct_sentences(hits: Sequence[Hit]) -> list[_Sentence]:

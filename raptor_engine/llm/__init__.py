@@ -1,0 +1,34 @@
+"""Summaries, answers and embeddings from any OpenAI-compatible endpoint.
+
+OpenAI itself, vLLM, the llama.cpp server and Ollama all speak the same
+``/v1/chat/completions`` and ``/v1/embeddings``; :class:`LLMClient` reaches
+any of them through the ``openai`` package with a configurable ``base_url``.
+On top of it:
+
+* :class:`LLMSummarizer` (:mod:`.summarizer`) writes RAPTOR's summary nodes
+  with the paper's prompt, its member texts delimited as data the model must
+  not take instructions from;
+* :class:`LLMAnswerer` (:mod:`.answerer`) answers from numbered sources and
+  checks the ``[n]`` citations it gets back;
+* :class:`OpenAIEmbedder` (:mod:`.embedder`) embeds through ``/v1/embeddings``.
+
+Reliability, threading and metering live in :mod:`.client`; the wording of
+failures in :mod:`.failures`. Contract of this module: it re-exports the
+names code outside the package imports, and nothing else; everything else is
+imported from its submodule.
+"""
+
+from raptor_engine.llm.answerer import NO_CITATION_WARNING, LLMAnswerer
+from raptor_engine.llm.client import LLMClient, LLMSettings
+from raptor_engine.llm.embedder import OpenAIEmbedder
+from raptor_engine.llm.summarizer import SUMMARY_SYSTEM, LLMSummarizer
+
+__all__ = [
+    "NO_CITATION_WARNING",
+    "SUMMARY_SYSTEM",
+    "LLMAnswerer",
+    "LLMClient",
+    "LLMSettings",
+    "LLMSummarizer",
+    "OpenAIEmbedder",
+]
