@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.build_lock import MachineBuildLocks
-from bot.config import Config
+from bot.config import MB, Config
 from bot.data_lock import DataLock, lock_data_dir
 from bot.memory import limit_heap_growth
 from bot.paths import machine_home, user_cache
@@ -51,8 +51,8 @@ def engine_settings(config: Config) -> EngineSettings:
     tree = config.tree
     return EngineSettings(
         chunk_tokens=config.chunking.tokens,
-        max_file_bytes=int(config.files.max_mb * 1024 * 1024),
-        max_text_chars=int(config.files.max_text_mb * 1024 * 1024),
+        max_file_bytes=int(config.files.max_mb * MB),
+        max_text_chars=int(config.files.max_text_mb * MB),
         summary_tokens=tree.summary_tokens,
         max_concurrency=tree.max_concurrency,
         spending=SpendingLimits(config.llm.max_calls_per_rebuild, config.llm.max_tokens_per_rebuild),

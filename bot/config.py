@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from bot.errors import ConfigError
+from raptor_engine import defaults
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -25,6 +26,12 @@ class _Section(BaseModel):
 
 
 _SectionT = TypeVar("_SectionT", bound=_Section)
+MB = 1024 * 1024
+
+
+def _ranged(default: int, bounds: tuple[int, int]) -> Any:
+    """A field defaulting to the engine's ``default``, within the engine's inclusive ``bounds``."""
+    return Field(default=default, ge=bounds[0], le=bounds[1])
 
 
 class ChromaConfig(_Section):
@@ -79,15 +86,15 @@ class LLMConfig(_Section):
     base_url: str | None = None
     model: str = ""
     api_key: SecretStr = SecretStr("")
-    max_concurrency: int = Field(default=8, ge=1, le=256)
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    max_retries: int = Field(default=4, ge=0, le=20)
-    summary_tokens: int = Field(default=130, ge=16, le=4000)
-    answer_tokens: int = Field(default=500, ge=16, le=8000)
-    context_tokens: int = Field(default=3500, ge=200, le=1_000_000)
+    max_concurrency: int = Field(default=defaults.LLM_MAX_CONCURRENCY, ge=1, le=256)
+    timeout_s: float = Field(default=defaults.LLM_TIMEOUT_S, gt=0, le=3600)
+    max_retries: int = Field(default=defaults.LLM_MAX_RETRIES, ge=0, le=20)
+    summary_tokens: int = Field(default=defaults.LLM_SUMMARY_TOKENS, ge=16, le=4000)
+    answer_tokens: int = Field(default=defaults.LLM_ANSWER_TOKENS, ge=16, le=8000)
+    context_tokens: int = Field(default=defaults.LLM_CONTEXT_TOKENS, ge=200, le=1_000_000)
     # Ceilings per rebuild, checked before each batch of summaries is asked for; 0 = none.
-    max_calls_per_rebuild: int = Field(default=5000, ge=0)
-    max_tokens_per_rebuild: int = Field(default=0, ge=0)
+    max_calls_per_rebuild: int = Field(default=defaults.MAX_CALLS_PER_REBUILD, ge=0)
+    max_tokens_per_rebuild: int = Field(default=defaults.MAX_TOKENS_PER_REBUILD, ge=0)
 
     @model_validator(mode="after")
     def _model_named(self) -> LLMConfig:
@@ -97,38 +104,39 @@ class LLMConfig(_Section):
 
 
 class ChunkingConfig(_Section):
-    tokens: int = Field(default=100, ge=16, le=512)
+    tokens: int = Field(default=defaults.CHUNK_TOKENS, ge=defaults.CHUNK_TOKENS_RANGE[0],
+                        le=defaults.CHUNK_TOKENS_RANGE[1])
 
 
 class FilesConfig(_Section):
     """Upload limits: ``max_mb`` of file, ``max_text_mb`` of text extracted from it
     (a small file can unpack into far more text; past the limit it is refused)."""
 
-    max_mb: float = Field(default=20.0, gt=0, le=1024)
-    max_text_mb: float = Field(default=5.0, gt=0, le=1024)
+    max_mb: float = Field(default=defaults.MAX_FILE_BYTES / MB, gt=0, le=1024)
+    max_text_mb: float = Field(default=defaults.MAX_TEXT_CHARS / MB, gt=0, le=1024)
 
 
 class TreeConfig(_Section):
     """Clustering and summarising; defaults are the paper's."""
 
-    reduction_dim: int = Field(default=10, ge=2, le=100)
-    max_clusters: int = Field(default=50, ge=2, le=500)
-    membership_threshold: float = Field(default=0.1, gt=0, lt=1)
-    local_neighbors: int = Field(default=10, ge=2, le=200)
-    max_cluster_tokens: int = Field(default=3500, ge=200)
-    summary_tokens: int = Field(default=130, ge=20, le=2000)
-    max_concurrency: int = Field(default=8, ge=1, le=256)
-    seed: int = 224
+    reduction_dim: int = _ranged(defaults.REDUCTION_DIM, defaults.REDUCTION_DIM_RANGE)
+    max_clusters: int = _ranged(defaults.MAX_CLUSTERS, defaults.MAX_CLUSTERS_RANGE)
+    membership_threshold: float = Field(default=defaults.MEMBERSHIP_THRESHOLD, gt=0, lt=1)
+    local_neighbors: int = _ranged(defaults.LOCAL_NEIGHBORS, defaults.LOCAL_NEIGHBORS_RANGE)
+    max_cluster_tokens: int = Field(default=defaults.MAX_CLUSTER_TOKENS, ge=defaults.MAX_CLUSTER_TOKENS_MIN)
+    summary_tokens: int = _ranged(defaults.SUMMARY_TOKENS, defaults.SUMMARY_TOKENS_RANGE)
+    max_concurrency: int = _ranged(defaults.MAX_CONCURRENCY, defaults.MAX_CONCURRENCY_RANGE)
+    seed: int = defaults.SEED
 
 
 class RetrievalConfig(_Section):
     mode: Literal["collapsed", "traversal", "leaves"] = "collapsed"
-    budget: int = Field(default=2000, ge=50, le=100_000)
-    top_k: int = Field(default=40, ge=1, le=1000)
-    per_layer: int = Field(default=5, ge=1, le=100)
+    budget: int = _ranged(defaults.BUDGET, defaults.BUDGET_RANGE)
+    top_k: int = _ranged(defaults.TOP_K, defaults.TOP_K_RANGE)
+    per_layer: int = _ranged(defaults.PER_LAYER, defaults.PER_LAYER_RANGE)
     hybrid: bool = True
     # Offline answers: the summary leading an answer to a broad question is cut to this many characters.
-    summary_chars: int = Field(default=600, ge=80, le=10_000)
+    summary_chars: int = _ranged(defaults.SUMMARY_CHARS, defaults.SUMMARY_CHARS_RANGE)
 
 
 class ScheduleConfig(_Section):

@@ -20,6 +20,7 @@ from bot.ingestion import adder_id, adder_name
 from bot.schedule_status import ScheduleStatus
 from raptor_engine.answering import quote
 from raptor_engine.errors import DocumentRejected
+from raptor_engine.loaders import SUPPORTED_SUFFIXES
 from raptor_engine.tree import BuildProgress
 from raptor_engine.types import (
     Answer,
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from raptor_engine.engine import IngestResult
 
 log = logging.getLogger(__name__)
+
+FILE_TYPES = ", ".join(SUPPORTED_SUFFIXES)
+"""The file types the bot reads, for help texts: ``.txt, .md, .pdf, .html, .htm, .docx``."""
 
 SHORT_ID = 10  # characters of a source id shown to people; enough to forget it by
 MEGABYTE = 1024 * 1024  # as files.max_mb

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raptor_engine import defaults
 from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.protocols import Embedder
 from raptor_engine.scope import Scope
@@ -63,7 +64,7 @@ class ExtractiveSettings:
     max_nodes: int = 8  # sentences are read from the best nodes only: each costs an embedding
     min_relevance: float = 0.3
     relative_cut: float = 0.8
-    summary_chars: int = 600
+    summary_chars: int = defaults.SUMMARY_CHARS
     max_excerpts: int = 3
     max_excerpt_nodes: int = 4  # a broad answer's excerpts come from this many nodes after its summary
     duplicate_jaccard: float = 0.8

@@ -64,6 +64,7 @@ from sklearn.decomposition import PCA
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
+from raptor_engine import defaults
 from raptor_engine.numba_cache import cache_umap_kernels
 
 # We hand UMAP exact neighbours (see _cosine_knn), so it warns on every fit that
@@ -130,34 +131,36 @@ class ClusteringSettings:
     where it can run.
     """
 
-    reduction_dim: int = 10
-    max_clusters: int = 50
-    membership_threshold: float = 0.1
-    local_neighbors: int = 10
-    max_cluster_tokens: int = 3500
-    seed: int = 224
+    reduction_dim: int = defaults.REDUCTION_DIM
+    max_clusters: int = defaults.MAX_CLUSTERS
+    membership_threshold: float = defaults.MEMBERSHIP_THRESHOLD
+    local_neighbors: int = defaults.LOCAL_NEIGHBORS
+    max_cluster_tokens: int = defaults.MAX_CLUSTER_TOKENS
+    seed: int = defaults.SEED
     umap_epochs: int | None = 200
     small_input_rows: int = 32
 
     def __post_init__(self) -> None:
-        if self.reduction_dim < 1:
-            raise ValueError(f"reduction_dim must be >= 1, got {self.reduction_dim}")
-        if self.max_clusters < 1:
-            raise ValueError(f"max_clusters must be >= 1, got {self.max_clusters}")
+        # The bounds are the configuration's too (raptor_engine.defaults): what one accepts, so does the other.
+        _within("reduction_dim", self.reduction_dim, defaults.REDUCTION_DIM_RANGE)
+        _within("max_clusters", self.max_clusters, defaults.MAX_CLUSTERS_RANGE)
+        _within("local_neighbors", self.local_neighbors, defaults.LOCAL_NEIGHBORS_RANGE)
+        _within("max_cluster_tokens", self.max_cluster_tokens, (defaults.MAX_CLUSTER_TOKENS_MIN, None))
         if not 0.0 <= self.membership_threshold < 1.0:
             raise ValueError(
                 f"membership_threshold must be in [0, 1), got {self.membership_threshold}"
-            )
-        if self.local_neighbors < 2:
-            raise ValueError(f"local_neighbors must be >= 2, got {self.local_neighbors}")
-        if self.max_cluster_tokens < 1:
-            raise ValueError(
-                f"max_cluster_tokens must be >= 1, got {self.max_cluster_tokens}"
             )
         if self.umap_epochs is not None and self.umap_epochs < 1:
             raise ValueError(f"umap_epochs must be >= 1 or None, got {self.umap_epochs}")
         if self.small_input_rows < 0:
             raise ValueError(f"small_input_rows must be >= 0, got {self.small_input_rows}")
+
+
+def _within(name: str, value: int, bounds: tuple[int, int | None]) -> None:
+    low, high = bounds
+    if value < low or (high is not None and value > high):
+        shown = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {shown}, got {value}")
 
 
 # --------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raptor_engine import defaults
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate, run_in_background
 from raptor_engine.chunking import chunk_text
@@ -77,12 +78,13 @@ LEXICAL_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 index and s
 class EngineSettings:
     """Everything tunable in the engine, with the paper's defaults."""
 
-    chunk_tokens: int = 100
+    chunk_tokens: int = defaults.CHUNK_TOKENS
     max_file_bytes: int = DEFAULT_MAX_BYTES
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # text extracted from one file; more is refused
     summary_tokens: int = DEFAULT_SUMMARY_TOKENS
-    max_concurrency: int = 8
-    spending: SpendingLimits = SpendingLimits()  # per rebuild; applies to metered (language-model) summaries
+    max_concurrency: int = defaults.MAX_CONCURRENCY
+    # Per rebuild; applies to metered (language-model) summaries.
+    spending: SpendingLimits = SpendingLimits(defaults.MAX_CALLS_PER_REBUILD, defaults.MAX_TOKENS_PER_REBUILD)
     clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
 

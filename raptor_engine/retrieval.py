@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raptor_engine import defaults
 from raptor_engine.chunking import sentences
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.scope import (
@@ -55,9 +56,9 @@ from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.tokens import token_floor
 from raptor_engine.types import Hit, Node, RetrievalMode
 
-DEFAULT_BUDGET = 2000  # tokens: the paper's best collapsed-tree context
-DEFAULT_TOP_K = 40  # at most this many nodes, whatever the budget
-DEFAULT_PER_LAYER = 5  # traversal: nodes kept at each layer
+DEFAULT_BUDGET = defaults.BUDGET
+DEFAULT_TOP_K = defaults.TOP_K
+DEFAULT_PER_LAYER = defaults.PER_LAYER
 MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
 _MENTION = re.compile(r"<@!?\w+>|@[\w.-]+")
 RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)

@@ -49,11 +49,12 @@ import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import CountVectorizer
 
+from raptor_engine import defaults
 from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.lexical import _WORD
 from raptor_engine.protocols import TokenCounter
 
-DEFAULT_SUMMARY_TOKENS = 130  # the paper's average summary length
+DEFAULT_SUMMARY_TOKENS = defaults.SUMMARY_TOKENS
 # A root (the top of a source, or of the channel) gets this many times the budget: it is what
 # a question about the whole material opens with. On the patents, one coverage extract of a
 # document's leaves in 500 tokens held 57.7 % of the gold summary's content words; four

@@ -31,6 +31,15 @@ from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests using these need the embedding model or Chroma: they are "heavy", left out of
+# `make test-fast` (modules that start processes or bots mark themselves heavy).
+HEAVY_FIXTURES = frozenset({"embedder", "counter", "store", "engine", "any_store", "chroma_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.heavy)
 QUALITY_DEV = REPO.parent / "shared" / "data" / "quality-dev.jsonl"
 
 

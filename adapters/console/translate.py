@@ -33,6 +33,7 @@ from bot.chat import (
     Upload,
 )
 from bot.commands import HELP, parse_command
+from bot.replies import FILE_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,9 @@ PLATFORM = "console"
 PIN_PREFIX = "console-pin-"
 QUIT_WORDS = ("quit", "exit")
 
-CONSOLE_HELP = """\
+CONSOLE_HELP = f"""\
 In this terminal, also:
-  /upload PATH   add a file (.txt, .md, .pdf, .html, .docx) as a source
+  /upload PATH   add a file ({FILE_TYPES}) as a source
   /pin TEXT      add a short note as a source, as if a message were pinned
   /unpin ID      remove a pinned note (its console-pin id) or a source (its id)
   /quit          leave (Ctrl-D works too)

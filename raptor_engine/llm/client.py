@@ -36,6 +36,7 @@ import openai
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 
+from raptor_engine import defaults
 from raptor_engine.errors import (
     ModelBadResponse,
     ModelRequestRejected,
@@ -74,12 +75,12 @@ class LLMSettings:
     base_url: str
     model: str
     api_key: str = ""
-    max_concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries: int = 4
-    summary_tokens: int = 130
-    answer_tokens: int = 500
-    context_tokens: int = 3500
+    max_concurrency: int = defaults.LLM_MAX_CONCURRENCY
+    timeout_s: float = defaults.LLM_TIMEOUT_S
+    max_retries: int = defaults.LLM_MAX_RETRIES
+    summary_tokens: int = defaults.LLM_SUMMARY_TOKENS
+    answer_tokens: int = defaults.LLM_ANSWER_TOKENS
+    context_tokens: int = defaults.LLM_CONTEXT_TOKENS
     temperature: float = 0.0
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 8.0

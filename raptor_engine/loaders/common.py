@@ -18,16 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from raptor_engine import defaults
 from raptor_engine.errors import DocumentRejected, RejectReason
 
 # Every module of the package logs under the package's name, as the single
 # module it was split from did: operators' log lines read the same.
 logger = logging.getLogger("raptor_engine.loaders")
 
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-# The text a file may hold: ~1.3 M tokens, thousands of pages. More is almost
-# always a data dump, and it would take long to embed.
-DEFAULT_MAX_TEXT_CHARS = 5 * 1024 * 1024
+DEFAULT_MAX_BYTES = defaults.MAX_FILE_BYTES
+DEFAULT_MAX_TEXT_CHARS = defaults.MAX_TEXT_CHARS  # see raptor_engine.defaults for why
 
 # Any one extraction stops past this; checked between pages and parser chunks,
 # and between the operations of a PDF page. Read when a budget starts (not

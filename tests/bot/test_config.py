@@ -133,3 +133,51 @@ def test_a_yaml_error_says_where_and_what(tmp_path: Path) -> None:
     path.write_bytes(b"slack:\n  bot_token: \xff\n")
     with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 21"):
         load_config(path)
+
+
+# -- one source of defaults: the configuration and the engine never disagree ----------
+
+
+def test_the_default_configuration_gives_the_engines_default_settings() -> None:
+    from bot.composition import engine_settings  # noqa: PLC0415 - the engine side is heavy
+    from raptor_engine.engine import EngineSettings
+
+    assert engine_settings(Config()) == EngineSettings()
+
+
+def test_the_language_model_defaults_are_the_engines() -> None:
+    from bot.composition import llm_settings  # noqa: PLC0415
+    from raptor_engine.llm import LLMSettings
+
+    config = Config.model_validate({"llm": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    assert llm_settings(config) == LLMSettings(base_url="http://127.0.0.1:9/v1", model="m")
+
+
+def test_the_offline_answer_defaults_are_the_engines() -> None:
+    from raptor_engine.answering import ExtractiveSettings
+
+    assert Config().retrieval.summary_chars == ExtractiveSettings().summary_chars
+
+
+@pytest.mark.parametrize("name", ["reduction_dim", "max_clusters", "local_neighbors", "max_cluster_tokens"])
+def test_the_configuration_and_the_engine_accept_the_same_tree_settings(name: str) -> None:
+    from bot.composition import engine_settings  # noqa: PLC0415
+    from raptor_engine.clustering import ClusteringSettings
+
+    field = Config.model_fields["tree"].annotation.model_fields[name]  # type: ignore[union-attr]
+    lowest = next(m.ge for m in field.metadata if getattr(m, "ge", None) is not None)
+    settings = engine_settings(Config.model_validate({"tree": {name: lowest}}))
+    assert getattr(settings.clustering, name) == lowest
+    with pytest.raises(ConfigError):
+        load_config_text(f"tree:\n  {name}: {lowest - 1}\n")
+    with pytest.raises(ValueError, match=name):  # and what it refuses, the engine refuses
+        ClusteringSettings(**{name: lowest - 1})
+
+
+def load_config_text(text: str) -> Config:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.yaml"
+        path.write_text(text)
+        return load_config(path)
