@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 # Never reach for a model hub: a missing model must fail at once, not after a minute of time-outs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,6 +11,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from bot.cli import main  # noqa: E402  (the environment above must be set first)
+from bot.process_exit import end_process  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Once a command has returned, its work is written and its output printed: the process
+    # ends now rather than spend seconds in Python's clean-up (see bot.process_exit).
+    end_process(main())

@@ -25,12 +25,10 @@ from bot.config import MB, Config
 from bot.data_lock import DataLock, lock_data_dir
 from bot.memory import limit_heap_growth
 from bot.paths import machine_home, user_cache
-from bot.runtime import Bot
 from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
-from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
 from raptor_engine.metering import SpendingLimits
 from raptor_engine.numba_cache import use_cache_dir
 from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
@@ -42,6 +40,8 @@ from raptor_engine.types import RetrievalMode
 
 if TYPE_CHECKING:
     from adapters.protocol import Adapter
+    from bot.runtime import Bot
+    from raptor_engine.llm import LLMSettings
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,8 @@ def public_url(url: str) -> str:
 
 def llm_settings(config: Config) -> LLMSettings:
     """The language-model endpoint's settings (``llm.base_url`` must be set)."""
+    from raptor_engine.llm import LLMSettings  # the OpenAI client: only where an endpoint is set
+
     llm = config.llm
     return LLMSettings(
         base_url=llm.base_url or "",
@@ -174,25 +176,38 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
         from raptor_engine import cluster_worker  # imported only where a worker is wanted
 
         cluster_worker.prestart()
-    llm = llm_settings(config) if config.llm.base_url else None
-    client = LLMClient(llm) if llm else None
+    if config.llm.base_url:
+        embedder, counter, summarizer, answerer = _with_language_model(config, settings, clusters_soon)
+    else:
+        embedder, counter = _local_embedder(config, clusters_soon)
+        summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
+        answerer = ExtractiveAnswerer(embedder, ExtractiveSettings(summary_chars=config.retrieval.summary_chars))
+    return Engine(store, embedder, counter, summarizer, answerer, settings, build_guard=build_guard(config))
+
+
+def _local_embedder(config: Config, clusters_soon: bool) -> tuple[Embedder, TokenCounter]:
+    """The sentence-transformers model (the packaged one by default). A one-shot rebuild
+    (``clusters_soon``) loads it on a thread while it clusters: it embeds only the summaries."""
+    local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size,
+                                        background=clusters_soon, cache_dir=user_cache() / "model-cache")
+    return local, local.token_counter()
+
+
+def _with_language_model(config: Config, settings: EngineSettings,
+                         clusters_soon: bool) -> tuple[Embedder, TokenCounter, Summarizer, Answerer]:
+    """The endpoint's summariser and answerer, and its embedder where ``embedder.provider`` is
+    ``api``. The OpenAI client is imported only here: the offline defaults never load it."""
+    from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSummarizer, OpenAIEmbedder
+
+    llm = llm_settings(config)
+    client = LLMClient(llm)
     embedder: Embedder
-    if client is not None and config.embedder.provider == "api":
+    if config.embedder.provider == "api":
         embedder = OpenAIEmbedder(client, config.embedder.model, batch_size=config.embedder.batch_size)
         counter: TokenCounter = HuggingFaceTokenCounter.from_model_dir(default_model_path())
     else:
-        # A one-shot rebuild loads the model while it clusters: it embeds only the summaries.
-        local = SentenceTransformerEmbedder(config.embedder.model, batch_size=config.embedder.batch_size,
-                                            background=clusters_soon, cache_dir=user_cache() / "model-cache")
-        embedder, counter = local, local.token_counter()
-    if client is None or llm is None:
-        summarizer: Summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
-        answering = ExtractiveSettings(summary_chars=config.retrieval.summary_chars)
-        answerer: Answerer = ExtractiveAnswerer(embedder, answering)
-    else:
-        summarizer = LLMSummarizer(client, counter, llm)
-        answerer = LLMAnswerer(client, llm)
-    return Engine(store, embedder, counter, summarizer, answerer, settings, build_guard=build_guard(config))
+        embedder, counter = _local_embedder(config, clusters_soon)
+    return embedder, counter, LLMSummarizer(client, counter, llm), LLMAnswerer(client, llm)
 
 
 def build_guard(config: Config) -> MachineBuildLocks | None:
@@ -208,6 +223,8 @@ def build_guard(config: Config) -> MachineBuildLocks | None:
 async def open_bot(config: Config) -> Bot:
     """The bot the configuration describes, not started yet. Building the engine loads
     the embedding model (seconds), so it happens in a worker thread."""
+    from bot.runtime import Bot  # the chat side: not loaded by the one-shot commands
+
     limit_heap_growth()  # before the engine starts its threads: a bot runs for months
     engine = await asyncio.to_thread(build_engine, config)
     return Bot(config, engine)

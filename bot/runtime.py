@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from bot.chat import ChannelKey, SourceView
 from bot.config import Config
 from bot.handler import ChatHandler
+from bot.process_exit import end_process
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
 
@@ -46,7 +45,6 @@ T = TypeVar("T")
 
 STOP_DEADLINE_S = 3.0  # after SIGTERM/SIGINT the process ends then at the latest, clean-up finished or not
 THREADS_GRACE_S = 2.0  # after the signal, work running in worker threads may finish until then
-FLUSH_WITHIN_S = 0.5  # how long ending the process waits for logs and output to be written
 
 
 class Bot:
@@ -154,47 +152,6 @@ def _current_task_cancelling() -> bool:
     """True when the task running this code is itself being cancelled (not just ``main``)."""
     current = asyncio.current_task()
     return current is not None and current.cancelling() > 0
-
-
-def end_process(status: int) -> NoReturn:
-    """Ends this process now, without Python's clean-up: kills the clustering worker,
-    writes out logs and output (waiting at most ``FLUSH_WITHIN_S``), then ``os._exit``.
-
-    For a process that has stopped what matters (see the module docstring); threads
-    still running are cut off as a kill would cut them off.
-    """
-    worker = sys.modules.get("raptor_engine.cluster_worker")  # not imported: no worker was started
-    if worker is not None:
-        worker.stop()
-    _run_multiprocessing_finalizers()
-    # In a thread: a stream lock held by a thread that will never run again must not
-    # keep the process alive.
-    flushing = threading.Thread(target=_flush_output, name="flush-at-exit", daemon=True)
-    flushing.start()
-    flushing.join(FLUSH_WITHIN_S)
-    os._exit(status)
-
-
-def _run_multiprocessing_finalizers() -> None:
-    """What multiprocessing's own exit does first: unlink the semaphores of the worker's
-    queues, which would otherwise make its resource tracker warn of leaked ones."""
-    mp_util = sys.modules.get("multiprocessing.util")
-    run_finalizers = getattr(mp_util, "_run_finalizers", None)
-    if run_finalizers is None:  # never imported (no worker), or another Python: only a warning is at stake
-        return
-    try:
-        run_finalizers(0)  # priority 0 and up: semaphores and queue closing, no joins
-    except Exception:
-        log.debug("multiprocessing's finalizers failed at exit", exc_info=True)
-
-
-def _flush_output() -> None:
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # closed, or a broken pipe: nothing more can be written
-            pass
 
 
 def _end_process_after(seconds: float) -> None:

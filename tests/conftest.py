@@ -31,14 +31,21 @@ from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-# Tests using these need the embedding model or Chroma: they are "heavy", left out of
-# `make test-fast` (modules that start processes or bots mark themselves heavy).
+# `make test-fast` leaves out the "heavy" tests: those using these fixtures (the embedding
+# model, Chroma), and these modules, which start processes, bots or UMAP's compiled kernels.
 HEAVY_FIXTURES = frozenset({"embedder", "counter", "store", "engine", "any_store", "chroma_server"})
+HEAVY_MODULES = frozenset({
+    "test_background", "test_cli", "test_clustering", "test_clustering_small", "test_composition", "test_console",
+    "test_data_lock", "test_embedding", "test_entry", "test_llm_config", "test_numba_cache", "test_numba_cache_dir",
+    "test_operator_logs", "test_process_lifecycle", "test_tree_storage", "test_soak", "test_bench_smoke",
+})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        module = getattr(item, "module", None)
+        name = module.__name__.rpartition(".")[2] if module is not None else ""
+        if name in HEAVY_MODULES or HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.heavy)
 QUALITY_DEV = REPO.parent / "shared" / "data" / "quality-dev.jsonl"
 
