@@ -33,7 +33,7 @@ def end_process(status: int) -> NoReturn:
     """
     worker = sys.modules.get("raptor_engine.cluster_worker")  # not imported: no worker was started
     if worker is not None:
-        worker.stop()
+        worker.stop_for_exit()  # as Python's exit would: an idle worker ends cleanly, a busy one is killed
     _run_multiprocessing_finalizers()
     # In a thread: a stream lock held by a thread that will never run again must not
     # keep the process alive.

@@ -237,10 +237,11 @@ def stop() -> None:
     log.debug("stopped the clustering worker (%d process(es))", len(processes))
 
 
-def _stop_at_exit() -> None:
-    """At exit: an idle worker is shut down cleanly (it ends at once, and the pool's
-    queues release their semaphores, which a kill leaves for the resource tracker to
-    warn about); a busy one is killed, so that exit never waits for its task."""
+def stop_for_exit() -> None:
+    """For this process's exit (Python's own, or an ``os._exit`` that skips it): an idle
+    worker is shut down cleanly (it ends at once, and the pool's queues release their
+    semaphores, which a kill leaves for the resource tracker to warn about); a busy one
+    is killed, so that exit never waits for its task."""
     global _exiting, _pool
     _exiting = True  # a rebuild thread still running must not start a new worker now
     with _lock:
@@ -255,7 +256,7 @@ def _stop_at_exit() -> None:
 
 
 def _register_exit_hook() -> None:
-    """Runs :func:`_stop_at_exit` at exit before ``concurrent.futures`` joins its pools.
+    """Runs :func:`stop_for_exit` at exit before ``concurrent.futures`` joins its pools.
 
     That join is registered with ``threading``'s exit hooks, which run before
     ``atexit``'s and in reverse order of registration; ``concurrent.futures.process``
@@ -263,9 +264,9 @@ def _register_exit_hook() -> None:
     """
     register = getattr(threading, "_register_atexit", None)
     if register is None:  # not CPython 3.9+: atexit is the next best (the join may come first)
-        atexit.register(_stop_at_exit)
+        atexit.register(stop_for_exit)
         return
-    register(_stop_at_exit)
+    register(stop_for_exit)
 
 
 _register_exit_hook()

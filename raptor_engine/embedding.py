@@ -38,7 +38,7 @@ class SentenceTransformerEmbedder:
     """
 
     def __init__(self, model: str = "", batch_size: int = 32, device: str = "cpu", *, background: bool = False,
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, threads: int | None = None) -> None:
         """Loads the model now (raising ``ProviderError`` if it cannot), or with ``background``
         on a thread of its own (unless its export is there: that loads now, in a fraction of a
         second): then the first call that needs the model waits for it, and raises that error. A one-shot rebuild loads it so, because it needs the model only
@@ -46,11 +46,16 @@ class SentenceTransformerEmbedder:
 
         With ``cache_dir``, a model directory that ``onnx_model`` can export is loaded from
         its export there (no torch), or else loaded with sentence-transformers while a child
-        process exports it for the next process. Anything else is loaded as before."""
+        process exports it for the next process. Anything else is loaded as before.
+
+        ``threads`` bounds the threads of each run of the export (None: one per core): a
+        process that embeds while its clustering worker computes beside it leaves that
+        worker a core."""
         self._model_id = model or PACKAGED_MODEL_ID
         self._location = model or str(default_model_path())
         self._batch_size = batch_size
         self._device = device
+        self._threads = threads
         self._model: Any = None
         self._encoder: OnnxEncoder | None = None
         self._export = self._export_target(cache_dir)
@@ -79,7 +84,7 @@ class SentenceTransformerEmbedder:
     def _load(self) -> None:
         if self._export is not None and self._export.is_file():
             try:
-                self._encoder = OnnxEncoder(self._export, Path(self._location))
+                self._encoder = OnnxEncoder(self._export, Path(self._location), self._threads)
                 return
             except ProviderError as exc:  # a damaged file: the model is loaded as before, and exported anew
                 log.warning("%s; loading the model with sentence-transformers instead", exc)

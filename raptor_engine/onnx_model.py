@@ -185,13 +185,15 @@ class OnnxEncoder:
     """Mean-pooled, L2-normalised sentence vectors from an exported model, as
     sentence-transformers computes them (same tokenizer, same truncation)."""
 
-    def __init__(self, exported: Path, model_dir: Path) -> None:
-        """Loads the export and the model's tokenizer. Raises ``ProviderError``."""
+    def __init__(self, exported: Path, model_dir: Path, threads: int | None = None) -> None:
+        """Loads the export and the model's tokenizer; each run computes on ``threads`` threads
+        (None: one per core). Raises ``ProviderError``."""
         import onnxruntime
         from tokenizers import Tokenizer
 
         try:
-            self._session = onnxruntime.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
+            self._session = onnxruntime.InferenceSession(str(exported), _session_options(onnxruntime, threads),
+                                                         providers=["CPUExecutionProvider"])
             self._tokenizer = Tokenizer.from_file(str(model_dir / TOKENIZER_FILENAME))
         except Exception as exc:  # ONNX Runtime raises its own types for a corrupt or foreign file
             raise ProviderError(f"cannot load the exported embedding model {exported}: {exc}") from exc
@@ -230,6 +232,18 @@ class OnnxEncoder:
         pooled = (tokens * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
         return (pooled / norms).astype(np.float32)
+
+
+def _session_options(onnxruntime: Any, threads: int | None) -> Any:
+    """ONNX Runtime's options for a process that shares its cores with the clustering worker:
+    ``threads`` computing each run (None: one per core), which sleep when they have no work
+    instead of spinning for a while after every run (ONNX Runtime's default)."""
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
 
 
 def _max_tokens(model_dir: Path) -> int:
