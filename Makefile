@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make demo   installs into .venv, then opens the console chat on the embedded defaults
-#   make test   installs into .venv, then runs every test (make lint and make typecheck: the gates, not in CI yet)
+#   make test   installs into .venv, runs the gates (make lint: ruff; make typecheck: mypy), then every test
+#   make test-fast  the edit-test loop: tests that need no model, no Chroma and no process of their own (< 2 min)
 # Nothing here needs a network beyond the package registries.
 
 VENV ?= .venv
@@ -14,7 +15,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export ANONYMIZED_TELEMETRY := False
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo test test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -28,8 +29,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m bot
 
-test: $(STAMP)
+test: $(STAMP) lint typecheck
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not heavy"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -22,15 +22,20 @@ from bench.common import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_ques
 from bench.measure import content_words, mean_interval, paired_difference, word_recall
 from bench.retrieval import Sentence, oracle_recall, rrf_scores
 
-_HAVE_SETS = all((DATA_ROOT / f).is_file() for f in SET_FILES.values())
 TINY_CHARS = 4000  # ~900 tokens: under every budget at 2,000, over 500
 TINY_QUESTIONS = 2
 
 
+@pytest.fixture
+def dev_data() -> None:
+    """Fails the test, loudly, when the dev data it runs on is missing (never a silent skip)."""
+    missing = [str(p) for p in (DEFAULT_DATA, *(DATA_ROOT / f for f in SET_FILES.values())) if not p.is_file()]
+    assert not missing, f"dev data missing (../shared/data beside the repository): {missing}"
+
+
 def needs_data(test: Callable[..., None]) -> Callable[..., None]:
-    """Marks a test slow and skips it when the three sets are not under ``DATA_ROOT``."""
-    skip = pytest.mark.skipif(not _HAVE_SETS, reason=f"benchmark data not found under {DATA_ROOT}")
-    return pytest.mark.slow(skip(test))
+    """Marks a test slow and needing the three sets under ``DATA_ROOT`` (it fails without them)."""
+    return pytest.mark.slow(pytest.mark.usefixtures("dev_data")(test))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +62,7 @@ def tiny_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason=f"benchmark data not found at {DEFAULT_DATA}")
+@pytest.mark.usefixtures("dev_data")
 def test_build_reports_stages_memory_and_targets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "build.json"
     assert build.main(["--sizes", "1", "--json", str(report)]) == 0
@@ -72,7 +77,7 @@ def test_build_reports_stages_memory_and_targets(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DEFAULT_DATA.is_file(), reason=f"benchmark data not found at {DEFAULT_DATA}")
+@pytest.mark.usefixtures("dev_data")
 def test_query_reports_latency_percentiles(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert query.main(["--articles", "1", "--data-dir", str(shared_dir)]) == 0
     out = capsys.readouterr().out

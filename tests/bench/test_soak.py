@@ -46,8 +46,7 @@ CI_ARGS = ["--minutes", "1.25", "--sample-s", "5", "--churn-s", "2", "--question
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The JSON figures of one CI-sized soak (run once for every test below)."""
-    if not DEFAULT_DATA.is_file():
-        pytest.skip(f"benchmark data not found at {DEFAULT_DATA}")
+    assert DEFAULT_DATA.is_file(), f"the soak's dev data is missing: {DEFAULT_DATA} (../shared/data beside the repo)"
     folder = tmp_path_factory.mktemp("soak")
     report = folder / "soak.json"
     assert soak.main([*CI_ARGS, "--data-dir", str(folder / "work"), "--json", str(report)]) == 0
@@ -63,12 +62,6 @@ def target(figures: dict[str, Any], starts: str) -> dict[str, Any]:
 
 # -- the CI-sized soak ---------------------------------------------------------
 
-# Issue 13 is still open (the cold 15-article rebuild target). The 15-minute soak now passes its
-# data-directory bound (texts out of Chroma's full-text index; 1.25x to 1.28x) and its counts are
-# judged from half-time (pools fill up over the first minutes). A short run on a loaded machine is
-# noisy, so these stay marked as known failures, not removed: each run reports XFAIL or XPASS with
-# its figure; plain assertions once issue 13 is closed.
-KNOWN_GROWTH = pytest.mark.xfail(reason="issue 13 open: growth measured by the soak", strict=False)
 
 
 @pytest.mark.slow
@@ -90,14 +83,12 @@ def test_soak_makes_no_error_and_keeps_every_source(figures: dict[str, Any]) -> 
 
 
 @pytest.mark.slow
-@KNOWN_GROWTH
 def test_soak_rss_grows_less_than_10_percent_after_warm_up(figures: dict[str, Any]) -> None:
     rss = target(figures, "RSS")
     assert rss["passed"], rss["figure"]
 
 
 @pytest.mark.slow
-@KNOWN_GROWTH
 def test_soak_descriptors_threads_and_children_stay_flat(figures: dict[str, Any]) -> None:
     for name in ("descriptors", "threads", "child processes"):
         flat = target(figures, name)
@@ -105,7 +96,6 @@ def test_soak_descriptors_threads_and_children_stay_flat(figures: dict[str, Any]
 
 
 @pytest.mark.slow
-@KNOWN_GROWTH
 def test_soak_data_directory_stays_within_1_5x(figures: dict[str, Any]) -> None:
     data = target(figures, "data directory")
     assert data["passed"], data["figure"]
