@@ -10,6 +10,8 @@ they are already written for the person who caused them.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from pathlib import Path
 
 
@@ -46,3 +48,17 @@ def explain(error: Exception) -> str:
     if isinstance(error, SpendingLimitReached) and error.kind in _CEILING_KEYS:
         text += f" To allow more, raise {_CEILING_KEYS[error.kind]} in the configuration."
     return text
+
+
+def new_reference() -> str:
+    """A short id (8 hex characters) tying an error reply to its log line."""
+    return uuid.uuid4().hex[:8]
+
+
+def log_failure(logger: logging.Logger, message: str, *args: object) -> str:
+    """The error boundary's log line: logs the exception being handled, with its traceback,
+    as ``message % (*args, reference)`` (the message's last ``%s`` is a new reference), and
+    returns that reference, for the person's reply to quote."""
+    reference = new_reference()
+    logger.exception(message, *args, reference)
+    return reference

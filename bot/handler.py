@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from bot import commands, replies
 from bot.chat import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.config import Config
-from bot.errors import BotError
+from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
 from bot.rate_limits import RateLimiter
 from bot.scheduler import RequestResult
@@ -71,11 +71,6 @@ def retrieval_query(question: Question) -> str:
     carries what "it" is. Without context, the question unchanged."""
     earlier = [message.strip()[:CONTEXT_CHARS] for message in question.context[-CONTEXT_MESSAGES:]]
     return "\n".join([*(m for m in earlier if m), question.text.strip()])
-
-
-def new_reference() -> str:
-    """A short id (8 hex characters) tying an error reply to its log line."""
-    return uuid.uuid4().hex[:8]
 
 
 class ChatHandler:
@@ -107,8 +102,7 @@ class ChatHandler:
             log.info("%s refused: %s", type(event).__name__, exc)
             await self._send_error(send, Reply(ReplyKind.ERROR, replies.error_text(exc), thread=thread))
         except Exception:
-            reference = new_reference()
-            log.exception("handling %s failed (reference %s)", type(event).__name__, reference)
+            reference = log_failure(log, "handling %s failed (reference %s)", type(event).__name__)
             reply = Reply(ReplyKind.ERROR, replies.unexpected_text(reference), reference=reference, thread=thread)
             await self._send_error(send, reply)
 

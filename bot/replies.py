@@ -226,6 +226,11 @@ def _not_added(filename: str, why: str) -> str:
 # -- commands, limits, errors --------------------------------------------------
 
 
+def rebuild_failed_text(reference: str) -> str:
+    """A rebuild failed for a reason nobody could foresee (a bug): the log holds ``reference``."""
+    return f"The rebuild failed unexpectedly; the previous tree still answers (reference {reference})."
+
+
 def progress_text(event: BuildProgress) -> str:
     """One line saying where a build is, e.g. ``Rebuilding: 40 of 120 summaries (layer 1)…``."""
     if event.stage == "embed":

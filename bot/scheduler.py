@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.chat import Reply, ReplyKind, Send
 from bot.config import BotConfig, ScheduleConfig
-from bot.errors import explain
+from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
-from bot.replies import progress_text, report_sentence
+from bot.replies import progress_text, rebuild_failed_text, report_sentence
 from bot.schedule_status import ScheduleStatus
 from raptor_engine.engine import Engine
 from raptor_engine.errors import RaptorError
@@ -343,10 +342,8 @@ class RebuildScheduler:
             reply = Reply(ReplyKind.ERROR, explain(exc))
             log.warning("channel %s: rebuild failed (%s): %s", key, batch.describe(), exc)
         except Exception:
-            reference = secrets.token_hex(4)
-            log.exception("channel %s: rebuild failed unexpectedly [reference %s]", key, reference)
-            text = f"The rebuild failed unexpectedly; the previous tree still answers (reference {reference})."
-            reply = Reply(ReplyKind.ERROR, text, reference=reference)
+            reference = log_failure(log, "channel %s: rebuild failed unexpectedly (reference %s)", key)
+            reply = Reply(ReplyKind.ERROR, rebuild_failed_text(reference), reference=reference)
         else:
             reply = Reply(ReplyKind.INFO, report_sentence(report))
             log.info("channel %s: rebuild finished (%s): %s", key, batch.describe(), reply.text)

@@ -66,8 +66,7 @@ from adapters.discord_bot.translate import Place
 from bot import commands
 from bot.chat import Command, Person, Pin, Question, Reply, Unpin, Upload
 from bot.config import DiscordConfig
-from bot.errors import ConfigError
-from bot.handler import new_reference
+from bot.errors import ConfigError, log_failure
 from bot.runtime import Bot
 
 log = logging.getLogger(__name__)
@@ -116,8 +115,7 @@ class RaptorClient(discord.Client):
             synced = await self.tree.sync()
             log.info("synced the /%s command (%d)", self.settings.command, len(synced))
         except Exception:
-            reference = new_reference()
-            log.exception("syncing the slash commands with Discord failed (reference %s)", reference)
+            log_failure(log, "syncing the slash commands with Discord failed (reference %s)")
 
     async def on_ready(self) -> None:
         user = self.user
@@ -237,9 +235,8 @@ class RaptorClient(discord.Client):
         try:
             data = await attachment.read()
         except Exception:
-            reference = new_reference()
-            log.exception("downloading attachment %s (%s) of message %s failed (reference %s)",
-                          attachment.id, attachment.filename, message.id, reference)
+            reference = log_failure(log, "downloading attachment %s (%s) of message %s failed (reference %s)",
+                                         attachment.id, attachment.filename, message.id)
             await send(render.download_failed_reply(attachment.filename, reference))
             return
         upload = Upload(place.key, person, attachment.filename, data, link=message.jump_url, external_id=external_id,
@@ -400,8 +397,7 @@ class RaptorClient(discord.Client):
 
     async def _failed(self, what: str, send: Callable[[Reply], Any]) -> None:
         """Logs the exception being handled with a reference, and says so where it happened."""
-        reference = new_reference()
-        log.exception("%s failed (reference %s)", what, reference)
+        reference = log_failure(log, "%s failed (reference %s)", what)
         with suppress(Exception):
             await send(render.failure_reply(reference))
 

@@ -15,7 +15,7 @@ from typing import Any
 import discord
 import yarl
 
-from bot.handler import new_reference
+from bot.errors import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,7 @@ def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
         try:
             parse(data)
         except Exception:
-            reference = new_reference()
-            log.exception("dropped a malformed %s event from Discord (reference %s)", event, reference)
+            log_failure(log, "dropped a malformed %s event from Discord (reference %s)", event)
 
     return parse_safely
 
@@ -97,8 +96,7 @@ async def stay_connected(client: discord.Client) -> None:
         except Exception:
             if client.is_closed():
                 raise
-            reference = new_reference()
-            log.exception("the Discord connection failed unexpectedly (reference %s); reconnecting", reference)
+            log_failure(log, "the Discord connection failed unexpectedly (reference %s); reconnecting")
         await _drop_connection(client)
         failures = 1 if time.monotonic() - started > STABLE_CONNECTION_S else failures + 1
         await asyncio.sleep(0 if failures == 1 else min(RECONNECT_MAX_S, 2.0 ** (failures - 1)))

@@ -20,7 +20,7 @@ import discord
 from adapters.discord_bot import render
 from adapters.discord_bot.render import Outgoing
 from bot.chat import Reply
-from bot.handler import new_reference
+from bot.errors import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,8 @@ class ChannelSend:
                 for index, outgoing in enumerate(render.render_reply(reply)):
                     await destination.send(**message_arguments(outgoing), reference=reference if index == 0 else None)
             except Exception:
-                reference_id = new_reference()
-                log.exception("posting a reply (%s: %.60r) in channel %s failed (reference %s)",
-                              reply.kind.value, reply.text, destination.id, reference_id)
+                reference_id = log_failure(log, "posting a reply (%s: %.60r) in channel %s failed (reference %s)",
+                                                reply.kind.value, reply.text, destination.id)
                 await self._notify(destination, reference_id)
 
     async def destination(self) -> Any:
@@ -115,8 +114,7 @@ class InteractionSend:
         try:
             await self._interaction.response.defer(thinking=thinking, ephemeral=ephemeral)
         except Exception:
-            reference = new_reference()
-            log.exception("acknowledging interaction %s failed (reference %s)", self._interaction.id, reference)
+            reference = log_failure(log, "acknowledging interaction %s failed (reference %s)", self._interaction.id)
             channel = self._channel()
             if channel is not None:
                 with suppress(Exception):
@@ -132,9 +130,8 @@ class InteractionSend:
                 try:
                     await self._send(outgoing, private)
                 except Exception:
-                    reference = new_reference()
-                    log.exception("posting a reply (%s: %.60r) to interaction %s failed (reference %s)",
-                                  reply.kind.value, reply.text, self._interaction.id, reference)
+                    reference = log_failure(log, "posting a reply (%s: %.60r) to interaction %s failed (reference %s)",
+                                                 reply.kind.value, reply.text, self._interaction.id)
                     await self._notify(reference, private)
                     return
 

@@ -72,8 +72,7 @@ from bot import replies
 from bot.chat import Event, Person, Reply, ReplyKind
 from bot.commands import ASK
 from bot.config import SlackConfig
-from bot.errors import BotError
-from bot.handler import new_reference
+from bot.errors import BotError, log_failure, new_reference
 from bot.runtime import Bot
 
 log = logging.getLogger(__name__)
@@ -226,8 +225,7 @@ class SlackAdapter:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            reference = new_reference()
-            log.exception("Slack: %s failed (reference %s)", what, reference)
+            reference = log_failure(log, "Slack: %s failed (reference %s)", what)
             if isinstance(exc, slack_web.TRANSPORT_ERRORS):
                 text = translate.api_failure_text(slack_web.error_code(exc), reference)
             else:

@@ -43,7 +43,7 @@ from adapters.slack import translate
 from adapters.slack.blocks import SlackMessage, render_reply
 from adapters.slack.translate import SlackFile
 from bot.chat import Attachment, Person, Reply, Send
-from bot.handler import new_reference
+from bot.errors import new_reference
 
 log = logging.getLogger(__name__)
 
