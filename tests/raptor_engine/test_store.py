@@ -199,17 +199,17 @@ def test_texts_stored_as_documents_by_older_stores_are_still_read(any_store: Chr
     (``TEXT_KEY``). Records of both kinds are read, in every collection that holds texts."""
     store = any_store.channel(channel)
     vectors = _vectors(4)
-    leaves = store._collection("leaf-p", cosine=True)
+    leaves = store._collections.open("leaf-p", cosine=True)
     leaves.upsert(ids=["s:0"], documents=["an older leaf"], embeddings=vectors[:1],
                   metadatas=[{"source_id": "s", "ordinal": 0, "start": 0, "end": 13, "tokens": 3}])
-    store._summary_cache("p").upsert(ids=["k"], documents=["an older summary"], embeddings=vectors[1:2],
-                                     metadatas=[{"sources": ["s"]}])
-    store._collection("answers").upsert(ids=["a1"], documents=["an older answer"], embeddings=[[1.0]],
-                                        metadatas=[{"question": "q", "answered_at": "2026-01-01T00:00:00+00:00"}])
+    store._summaries.cache("p").upsert(ids=["k"], documents=["an older summary"], embeddings=vectors[1:2],
+                                       metadatas=[{"sources": ["s"]}])
+    store._collections.open("answers").upsert(ids=["a1"], documents=["an older answer"], embeddings=[[1.0]],
+                                              metadatas=[{"question": "q", "answered_at": "2026-01-01T00:00:00+00:00"}])
     nodes, tree_vectors = _tree("d" * 64)
     store.write_tree(1, nodes, tree_vectors)
     store.switch_to(TreeState(1, "now", "m", ("d" * 64,), {0: 3, 1: 1}))
-    pool = store._pool()
+    pool = store._tree_pool.collection()
     older = pool.get(include=["metadatas"])  # the tree as an older store wrote it: documents
     pool.upsert(ids=older["ids"], documents=[str(m[TEXT_KEY]) for m in older["metadatas"]],
                 metadatas=[{k: v for k, v in m.items() if k != TEXT_KEY} for m in older["metadatas"]],
@@ -236,7 +236,7 @@ def test_texts_are_kept_in_metadata_not_as_documents(any_store: ChromaStore, cha
     nodes, vectors = _tree("e" * 64)
     store.write_tree(1, nodes, vectors)
     names = [str(getattr(c, "name", c)) for c in any_store._client.list_collections()]
-    mine = [name for name in names if name.startswith(store._prefix)]  # a server holds other tests' too
+    mine = [name for name in names if name.startswith(store._collections.prefix)]  # a server holds other tests' too
     assert len(mine) >= 5
     for name in mine:
         assert not any(any_store._client.get_collection(name).get(include=["documents"])["documents"] or []), name

@@ -62,7 +62,7 @@ def test_rebuilds_reuse_storage(any_store: ChromaStore, channel: ChannelKey, tmp
             collections = len(any_store._client.list_collections())
             first = _du(tmp_path / "chroma") if (tmp_path / "chroma").exists() else None
     assert len(any_store._client.list_collections()) == collections  # no collection per version
-    records = store._pool().get(include=[])["ids"]
+    records = store._tree_pool.collection().get(include=[])["ids"]
     assert len(records) <= TREE_SLOTS * 47
     if first is not None:  # embedded: the data directory stays the size it had after a few builds
         size, files = _du(tmp_path / "chroma")
@@ -78,13 +78,13 @@ def test_forgetting_leaves_no_text_and_space_is_reused(any_store: ChromaStore, c
     for seed in range(3):
         _build(store, "b" * 64, 30, seed)
     assert store.remove_source_from_trees("b" * 64) == 31
-    pool = store._pool().get(include=["documents", "metadatas"])
+    pool = store._tree_pool.collection().get(include=["documents", "metadatas"])
     assert not any(pool["documents"]) and all(m["tree"].startswith("free") and TEXT_KEY not in m for m in pool["metadatas"])
-    assert not store._pool().get(where={"sources": {"$contains": "b" * 64}}, include=[])["ids"]
+    assert not store._tree_pool.collection().get(where={"sources": {"$contains": "b" * 64}}, include=[])["ids"]
     assert store.live_state().nodes_per_layer == {}
     before = len(pool["ids"])
     _build(store, "c" * 64, 30, 7)
-    assert len(store._pool().get(include=[])["ids"]) == before  # freed records are written over
+    assert len(store._tree_pool.collection().get(include=[])["ids"]) == before  # freed records are written over
     assert {h.node.source_ids[0] for h in store.query_tree(store.live_state().version, _tree("c", 1, 7)[1][0], 50)} == {"c" * 64}
 
 
@@ -127,8 +127,8 @@ def test_a_build_never_writes_over_a_tree_served_meanwhile(any_store: ChromaStor
     one, two = any_store.channel(channel), any_store.channel(channel)
     _build(one, "f" * 64, 5, 1)
     # Both builders chose the same free slot; the first to finish serves it, the other must not write on.
-    slot = two._free_slot()
-    two._free_slot = lambda: slot  # type: ignore[method-assign]  # as if chosen before one switched
+    slot = two._tree_builds._free_slot()
+    two._tree_builds._free_slot = lambda: slot  # type: ignore[method-assign]  # as if chosen before one switched
     _build(one, "f" * 64, 5, 3)
     nodes, vectors = _tree("f" * 64, 5, 2)
     with pytest.raises(StoreError, match="another rebuild"):
@@ -158,14 +158,14 @@ def test_a_served_tree_written_over_by_a_racing_build_heals_at_once(
     to the newest complete tree instead of serving a part of one."""
     one, two = any_store.channel(channel), any_store.channel(channel)
     first, first_vectors = _build(one, "n" * 64, 5, 1)
-    slot = two._free_slot()
-    two._free_slot = lambda: slot  # type: ignore[method-assign]  # chosen before one switched
+    slot = two._tree_builds._free_slot()
+    two._tree_builds._free_slot = lambda: slot  # type: ignore[method-assign]  # chosen before one switched
     looks = iter([False])  # the first look found the slot free, as it was then; later ones are real
-    real_claim = two._claim
-    two._claim = lambda s: next(looks, True) and real_claim(s)  # type: ignore[method-assign]
+    real_claim = two._tree_builds._claim
+    two._tree_builds._claim = lambda s: next(looks, True) and real_claim(s)  # type: ignore[method-assign]
     _build(one, "n" * 64, 5, 3)
     assert one.live_state().slot == slot and one.live_state().version == 2
-    two._client = _SmallBatches(two._client)
+    two._collections.client = _SmallBatches(two._collections.client)
     nodes, vectors = _tree("n" * 64, 5, 2)
     caplog.set_level(logging.WARNING, logger="raptor_engine.store")
     with pytest.raises(StoreError, match="another rebuild"):
@@ -207,7 +207,7 @@ def test_a_missing_served_tree_heals_to_the_newest_complete(
     _build(store, "h" * 64, 5, 1)
     nodes, vectors = _build(store, "h" * 64, 6, 2)
     # What issue 13 saw: the state names a tree (an older store's collection) that is gone.
-    store._collection("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
+    store._collections.open("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
         "version": 3, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 9}),
         "slot": None, "tag": None, "previous": None}])
     caplog.set_level(logging.WARNING, logger="raptor_engine.store")
@@ -223,13 +223,13 @@ def test_an_older_store_keeps_serving_and_moves_over(any_store: ChromaStore, cha
     store = any_store.channel(channel)
     nodes, vectors = _tree("i" * 64, 4, 1)
     # A tree as older stores kept it: a collection of its own, and a state without slot or tag.
-    legacy = any_store._client.create_collection(f"{store._prefix}-t1", embedding_function=None,
+    legacy = any_store._client.create_collection(f"{store._collections.prefix}-t1", embedding_function=None,
                                                  configuration={"hnsw": {"space": "cosine"}})
     from raptor_engine.store import node_metadata
 
     legacy.add(ids=[n.id for n in nodes], documents=[n.text for n in nodes],
                metadatas=[node_metadata(n) for n in nodes], embeddings=vectors)
-    store._collection("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
+    store._collections.open("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
         "version": 1, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 4, "1": 1}),
         "sources": ["i" * 64]}])
     reader = any_store.channel(channel)
@@ -240,7 +240,7 @@ def test_an_older_store_keeps_serving_and_moves_over(any_store: ChromaStore, cha
     _build(reader, "i" * 64, 4, 2)
     assert reader.get_nodes(1, ["s1.root"])  # kept as the previous tree for readers in flight
     _build(reader, "i" * 64, 4, 3)
-    assert f"{store._prefix}-t1" not in [c.name for c in any_store._client.list_collections()]
+    assert f"{store._collections.prefix}-t1" not in [c.name for c in any_store._client.list_collections()]
     assert any_store.channel(channel).live_state().version == 3
 
 
@@ -311,15 +311,16 @@ def test_a_store_kept_in_three_slots_drops_the_third_once_its_tree_is_out_of_use
     first build after the upgrade leaves the third slot's tree as the previous one; the
     next drops its records, and the tree served last still answers."""
     store = ChromaStore.embedded(tmp_path / "chroma").channel(channel)
-    monkeypatch.setattr("raptor_engine.store.TREE_SLOTS", 3)
+    for module in ("tree_builds", "tree_reads"):  # the modules that read the slot count
+        monkeypatch.setattr(f"raptor_engine.store.{module}.TREE_SLOTS", 3)
     for seed in range(3):
         _build(store, "a" * 64, 20, seed)
     assert store.live_state().slot == 2
     monkeypatch.undo()
     _build(store, "a" * 64, 20, 3)
-    assert {m["slot"] for m in store._pool().get(include=["metadatas"])["metadatas"]} == {0, 1, 2}
+    assert {m["slot"] for m in store._tree_pool.collection().get(include=["metadatas"])["metadatas"]} == {0, 1, 2}
     nodes, vectors = _build(store, "a" * 64, 20, 4)
-    assert {m["slot"] for m in store._pool().get(include=["metadatas"])["metadatas"]} == {0, 1}
+    assert {m["slot"] for m in store._tree_pool.collection().get(include=["metadatas"])["metadatas"]} == {0, 1}
     assert store.query_tree(store.live_state().version, vectors[5], 1)[0].node.text == nodes[5].text
 
 
@@ -412,14 +413,14 @@ def test_a_forget_never_frees_records_a_build_wrote_meanwhile(any_store: ChromaS
     _build(building, "x" * 64, 20, 1)  # the previous tree (slot 0) will be written over...
     _build(building, "x" * 64, 20, 2)  # ...by the next build, after this served one (slot 1)
     reached, go = threading.Event(), threading.Event()
-    real_free = forgetting._free
+    real_free = forgetting._tree_pool.free
 
     def paused_free(*args: object, **kwargs: object) -> None:
         reached.set()
         go.wait(timeout=10)
         real_free(*args, **kwargs)  # type: ignore[arg-type]
 
-    forgetting._free = paused_free  # type: ignore[method-assign]  # read done, free not yet
+    forgetting._tree_pool.free = paused_free  # type: ignore[method-assign]  # read done, free not yet
     forget = threading.Thread(target=forgetting.remove_source_from_trees, args=("x" * 64,))
     forget.start()
     assert reached.wait(timeout=10)

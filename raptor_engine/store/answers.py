@@ -1,0 +1,86 @@
+"""Kept answers: each answer given, with its question, citations and votes.
+
+Contract: ``rc-<digest>-answers`` holds one record per answer, id the answer's id, its text
+under ``TEXT_KEY``, the question, asker, time and votes (JSON) in its metadata, and the ids of
+the sources it cites under ``sources`` (left out when none: Chroma refuses empty lists).
+Answers quote their sources, so forgetting a source deletes the answers citing it. Only the
+newest are kept (:meth:`Answers.prune`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.types import AnswerRecord
+
+
+class Answers:
+    """Reads and writes of the channel's ``answers`` collection. Methods raise ``StoreError``."""
+
+    def __init__(self, collections: ChannelCollections) -> None:
+        self._at = collections
+
+    def _answers(self) -> Any:
+        return self._at.open("answers")
+
+    def put(self, record: AnswerRecord) -> None:
+        """Keeps an answer with its question (replacing one with the same id)."""
+        metadata: dict[str, Any] = {
+            "question": record.question,
+            "asked_by": record.asked_by,
+            "answered_at": record.answered_at,
+            "votes": json.dumps(record.votes, sort_keys=True),
+            # Orders answers kept within one second (answered_at has seconds) for pruning.
+            "kept_ns": time.time_ns(),
+            TEXT_KEY: record.text,
+        }
+        if record.source_ids:
+            metadata["sources"] = list(record.source_ids)
+        with _translated("keeping an answer"):
+            self._answers().upsert(ids=[record.answer_id], metadatas=[metadata], embeddings=[_PLACEHOLDER])
+
+    def prune(self, keep: int) -> int:
+        """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went.
+        Counted on every call (cheap), but pruned only once the excess is a tenth of ``keep``
+        (at least 10), so that answering does not read every answer each time."""
+        with _translated("pruning kept answers"):
+            answers = self._answers()
+            if answers.count() <= keep + max(10, keep // 10):
+                return 0
+            got = answers.get(include=["metadatas"])
+            ages = sorted(((m or {}).get("answered_at", ""), (m or {}).get("kept_ns", 0), answer_id)
+                          for m, answer_id in zip(got["metadatas"], got["ids"]))
+            doomed = [answer_id for _, _, answer_id in ages[: len(ages) - keep]]
+            for start, end in self._at.batches(len(doomed)):
+                answers.delete(ids=doomed[start:end])
+        return len(doomed)
+
+    def get(self, answer_id: str) -> AnswerRecord | None:
+        """The kept answer with this id, or None."""
+        with _translated("reading an answer"):
+            got = self._answers().get(ids=[answer_id], include=["documents", "metadatas"])
+        if not got["ids"]:
+            return None
+        return _answer_from(got["ids"][0], got["documents"][0], got["metadatas"][0])
+
+    def listed(self) -> list[AnswerRecord]:
+        """Every kept answer, oldest first."""
+        with _translated("listing answers"):
+            got = self._answers().get(include=["documents", "metadatas"])
+        records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+        return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
+
+    def delete_citing(self, source_id: str) -> None:
+        """Deletes the answers citing ``source_id`` (it is forgotten)."""
+        with _translated("deleting a source"):
+            self._answers().delete(where={"sources": {"$contains": source_id}})
+
+
+def _answer_from(answer_id: str, document: str | None, metadata: dict[str, Any] | None) -> AnswerRecord:
+    meta = metadata or {}
+    votes = {str(k): int(v) for k, v in json.loads(str(meta.get("votes", "{}"))).items()}
+    return AnswerRecord(answer_id, str(meta.get("question", "")), _text_of(document, meta), str(meta.get("asked_by", "")),
+                        str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes)

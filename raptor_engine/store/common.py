@@ -1,0 +1,194 @@
+"""What every part of the store shares: the Chroma collections of one channel and how they are
+named and opened, error translation, batching, and how a record's text is kept.
+
+Contract: nothing here knows a record kind. :class:`ChannelCollections` names a channel's
+collections ``rc-<digest>-<suffix>`` and opens them with a short write log; collections are
+opened on each use (Chroma hands out a cheap handle), except those kept in a
+:class:`_Reopening` wrapper. Every Chroma call made here runs inside :func:`_translated`, so
+only :class:`~raptor_engine.errors.StoreError` (or ``StoreUnavailable``) leaves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
+from raptor_engine.types import ChannelKey
+
+# One logger for the whole package, under the name the store always logged as: operators'
+# filters and the tests' log captures name it.
+log = logging.getLogger("raptor_engine.store")
+
+REGISTRY_COLLECTION = "rc-channels"
+_PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
+# Chroma writes every record to its log (SQLite), with its vector and text, before answering,
+# and replays the log into the vector index on open; the index itself is saved, and the log
+# purged up to it, every sync_threshold records (1,000 by default), per collection. A channel
+# has half a dozen collections, so at the default the log alone held thousands of records per
+# channel (16 MB for six collections of 40 records written over 20 times, against 6 MB at
+# 100). A lower threshold keeps the replay, and the log kept for it, short. 50, not 100: the log
+# was then the largest part of what the data directory swung by between compactions in the
+# 15-minute soak, and writing 15,000 records took 34.6 s against 33.6 s at 100.
+_SHORT_LOG = {"sync_threshold": 50, "batch_size": 50}
+_PLAIN_CONFIG = {"hnsw": dict(_SHORT_LOG)}
+_COSINE_CONFIG = {"hnsw": {"space": "cosine", **_SHORT_LOG}}
+# Where a record's text is kept: its metadata, not Chroma's document. Chroma's SQLite store
+# indexes every document in a trigram full-text index, about three times the text, and keeps
+# each document written over as a deletion marker until the index's segments merge; a rebuild
+# writes a whole tree over an older one. Nothing here searches that index (lexical search is
+# ours). Measured (20 rewrites of a 1,000-record pool of 90-word texts): 15.7 MiB on disk with
+# documents, 5.7 MiB with the text in metadata, and writing took 12.3 s instead of 18.8 s.
+# Records of older stores have documents and no such key: their documents are read instead
+# (and stay, unread, when a record is written over: Chroma's upsert keeps a document not given).
+TEXT_KEY = "text"
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action."""
+    try:
+        yield
+    except RaptorError:
+        raise
+    except (ConnectionError, TimeoutError) as exc:
+        raise StoreUnavailable(f"the Chroma store cannot be reached ({action}): {exc}") from exc
+    except Exception as exc:  # Chroma raises many types (ChromaError, httpx, ValueError)
+        if type(exc).__module__.startswith("httpx"):
+            raise StoreUnavailable(f"the Chroma store cannot be reached ({action}): {exc}") from exc
+        raise StoreError(f"the Chroma store failed ({action}): {exc}") from exc
+
+
+def channel_digest(key: ChannelKey) -> str:
+    """A stable 24-hex-digit digest of a channel key, valid in collection names."""
+    raw = "\x1f".join((key.platform, key.workspace, key.channel)).encode()
+    return hashlib.sha256(raw).hexdigest()[:24]
+
+
+def profile_digest(*parts: str) -> str:
+    """An 8-hex-digit digest naming a cache profile (embedding model, chunk size)."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:8]
+
+
+def _opened(client: Any, name: str, configuration: dict[str, Any]) -> Any:
+    """The collection ``name``, created with ``configuration`` if it is new. One created by an
+    older version, with Chroma's default log threshold, is changed to the short log once
+    (the space of an existing collection cannot change, and need not)."""
+    return _with_short_log(client.get_or_create_collection(name, embedding_function=None, configuration=configuration))
+
+
+def _with_short_log(collection: Any) -> Any:
+    """``collection``, its log threshold made short if it is not (see :func:`_opened`)."""
+    # configuration_json: the parsed `configuration` warns about our embedding_function=None.
+    hnsw = (getattr(collection, "configuration_json", None) or {}).get("hnsw") or {}
+    if hnsw and hnsw.get("sync_threshold") != _SHORT_LOG["sync_threshold"]:
+        collection.modify(configuration={"hnsw": dict(_SHORT_LOG)})
+    return collection
+
+
+class _Reopening:
+    """A kept collection handle that opens its collection once more when Chroma says it does not
+    exist: the channel was dropped (by another process, or another engine) and is used again.
+
+    Chroma names a collection by an id fixed at creation, so a handle to a dropped collection
+    fails for ever, even once one of the same name exists again. Every call made through it
+    (get, query, upsert, update, delete) does nothing before failing so, and is safe to repeat.
+    """
+
+    def __init__(self, open_collection: Callable[[], Any]) -> None:
+        self._open = open_collection
+        self._collection = open_collection()
+
+    def __getattr__(self, name: str) -> Any:
+        if not callable(getattr(self._collection, name)):
+            return getattr(self._collection, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from chromadb.errors import NotFoundError
+
+            try:
+                return getattr(self._collection, name)(*args, **kwargs)
+            except NotFoundError:
+                self._collection = self._open()
+                return getattr(self._collection, name)(*args, **kwargs)
+
+        return call
+
+
+def _register(client: Any, key: ChannelKey, digest: str) -> None:
+    """Lists the channel in the registry (``ChromaStore.channels``) if it is not."""
+    with _translated("registering the channel"):
+        registry = _opened(client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+        if not registry.get(ids=[digest], include=[])["ids"]:
+            registry.upsert(
+                ids=[digest],
+                embeddings=[_PLACEHOLDER],
+                metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
+            )
+
+
+def _text_of(document: str | None, metadata: dict[str, Any] | None) -> str:
+    """A record's text: its metadata's ``TEXT_KEY``, or, for a record of an older store, its document."""
+    text = (metadata or {}).get(TEXT_KEY)
+    return str(text) if text is not None else (document or "")
+
+
+def _batches(total: int, size: int) -> Iterator[tuple[int, int]]:
+    size = max(1, size)
+    for start in range(0, total, size):
+        yield start, min(total, start + size)
+
+
+class ChannelCollections:
+    """The Chroma collections of one channel, ``rc-<digest>-*``, shared by every part of its store.
+
+    ``client`` is read on every call, never copied: a part always uses the client the channel
+    has now (a test swaps in one that writes in small batches).
+    """
+
+    def __init__(self, client: Any, key: ChannelKey, digest: str) -> None:
+        self.client = client
+        self.key = key
+        self.digest = digest
+        self.prefix = f"rc-{digest}"
+
+    def open(self, suffix: str, cosine: bool = False) -> Any:
+        """The collection ``rc-<digest>-<suffix>``, created if new (cosine space if ``cosine``)."""
+        return _opened(self.client, f"{self.prefix}-{suffix}", _COSINE_CONFIG if cosine else _PLAIN_CONFIG)
+
+    def names(self) -> list[str]:
+        """The names of every collection in the database (not just this channel's)."""
+        return [str(getattr(c, "name", c)) for c in self.client.list_collections()]
+
+    def cache_collections(self, kind: str) -> list[Any]:
+        """Every existing ``rc-<digest>-<kind>-<profile>`` collection (one per cache profile)."""
+        wanted = [n for n in self.names() if n.startswith(f"{self.prefix}-{kind}-")]
+        return [_with_short_log(self.client.get_collection(n, embedding_function=None)) for n in wanted]
+
+    def batches(self, total: int) -> Iterator[tuple[int, int]]:
+        """(start, end) of each batch of ``total`` records, as large as Chroma takes at once."""
+        return _batches(total, self.client.get_max_batch_size())
+
+    def register(self) -> None:
+        """Lists the channel in the registry (again after a drop, see :meth:`drop`)."""
+        _register(self.client, self.key, self.digest)
+
+    def drop(self) -> int:
+        """Deletes every collection of the channel and then its registry entry; how many records
+        they held. Idempotent. (See :meth:`ChannelStore.drop` for what the caller ensures.)"""
+        from chromadb.errors import NotFoundError
+
+        records = 0
+        with _translated("dropping the channel"):
+            for name in [n for n in sorted(self.names()) if n.startswith(f"{self.prefix}-")]:
+                try:
+                    records += self.client.get_collection(name, embedding_function=None).count()
+                    self.client.delete_collection(name)
+                except NotFoundError:
+                    continue  # dropped meanwhile by another process
+            # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
+            _opened(self.client, REGISTRY_COLLECTION, _PLAIN_CONFIG).delete(ids=[self.digest])
+        return records

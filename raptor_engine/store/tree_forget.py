@@ -1,0 +1,99 @@
+"""Forgetting a source in a channel's trees: its nodes go from every stored tree at once.
+
+Contract: the nodes covering the source are freed in the pool (deleted from an older store's
+tree collections), whatever tree they belong to (served, previous or unfinished), and unlinked
+from their trees' other nodes, so each tree stays consistent until the next rebuild restores
+the summaries of the other sources. The served state then loses the source's id, and its
+counts the nodes that went. The pool is written under the channel's write lock, so a build of
+the same channel in this process never has its new records freed by a forget's earlier read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from raptor_engine.store.common import _translated
+from raptor_engine.store.tree_format import _all_of, _without_links, _without_source
+from raptor_engine.store.tree_pool import TreePool
+from raptor_engine.store.tree_state import TreeStates
+
+
+class TreeForget:
+    """Removal of a forgotten source's nodes from the channel's trees. Raises ``StoreError``."""
+
+    def __init__(self, pool: TreePool, states: TreeStates) -> None:
+        self._pool = pool
+        self._states = states
+
+    def remove_source(self, source_id: str) -> int:
+        """Deletes, from every stored tree, the nodes that cover ``source_id``, and takes its id
+        out of the served state; the number of nodes deleted from the served tree."""
+        removed: dict[str, Counter[int]] = {}
+        with self._pool.write_lock(), _translated("removing a source from the tree"):
+            for version in self._pool.legacy_versions():
+                removed[f"legacy:{version}"] = self._remove_from_version(version, source_id)
+            removed.update(self._remove_from_pool(source_id))
+        with self._pool.state_lock():
+            # Read now, not before: a build may have switched over while the nodes went.
+            state = self._states.read()
+            if state is None:
+                return 0
+            removed_live = removed.get(state.tag or f"legacy:{state.version}", Counter())
+            if removed_live or source_id in state.source_ids:
+                previous = self._states.served_places()
+                previous.pop(state.version, None)
+                self._states.write(_without_source(state, source_id, removed_live), next(iter(previous.values()), None))
+        return sum(removed_live.values())
+
+    def _remove_from_pool(self, source_id: str) -> dict[str, Counter[int]]:
+        """Frees the pool's records covering ``source_id`` (whatever tree they belong to) and
+        unlinks them from their trees' other nodes; how many went per tree tag and layer."""
+        pool = self._pool.collection()
+        doomed = pool.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+        by_tree: dict[str, list[dict[str, Any]]] = {}
+        for metadata in doomed["metadatas"] or []:
+            by_tree.setdefault(str(metadata["tree"]), []).append(metadata)
+        self._pool.free(list(doomed["ids"]), [str(m["tree"]) for m in doomed["metadatas"] or []])
+        removed: dict[str, Counter[int]] = {}
+        for tag, metadatas in by_tree.items():
+            removed[tag] = Counter(int(m.get("layer", 0)) for m in metadatas)
+            gone = {str(m["node"]) for m in metadatas}
+            neighbours = {i for m in metadatas for name in ("children", "parents") for i in m.get(name) or []}
+            survivors = sorted(neighbours - gone)
+            if not survivors:
+                continue
+            affected = pool.get(where=_all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
+            if affected["ids"]:
+                pool.update(ids=affected["ids"], metadatas=[_without_links(m, gone) for m in affected["metadatas"]])
+        return removed
+
+    def _remove_from_version(self, version: int, source_id: str) -> Counter[int]:
+        """``_remove_from_tree`` on one version; nothing if a switch dropped that version meanwhile."""
+        try:
+            return self._remove_from_tree(self._pool.legacy(version), source_id)
+        except Exception:
+            if version in self._pool.legacy_versions():
+                raise
+            return Counter()
+
+    def _remove_from_tree(self, collection: Any, source_id: str) -> Counter[int]:
+        """Deletes the nodes covering ``source_id`` from one tree of an older store; how many per layer."""
+        doomed = collection.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+        doomed_ids = set(doomed["ids"])
+        if not doomed_ids:
+            return Counter()
+        layers = Counter(int(m.get("layer", 0)) for m in doomed["metadatas"])
+        neighbours: set[str] = set()
+        for metadata in doomed["metadatas"]:
+            neighbours.update(metadata.get("children") or [])
+            neighbours.update(metadata.get("parents") or [])
+        collection.delete(ids=list(doomed_ids))
+        survivors = list(neighbours - doomed_ids)
+        if not survivors:  # Chroma refuses a get by an empty id list
+            return layers
+        affected = collection.get(ids=survivors, include=["metadatas"])
+        if affected["ids"]:
+            updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
+            collection.update(ids=affected["ids"], metadatas=updated)
+        return layers

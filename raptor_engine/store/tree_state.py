@@ -1,0 +1,172 @@
+"""Which tree a channel serves, where its trees are, and healing a served tree that is gone.
+
+Contract: the ``state`` record of ``rc-<digest>-meta`` names the served tree (version, slot,
+tag, layer sizes, sources) and the previous one, kept for readers in flight. A switch to a new
+tree rewrites that one record: one write, so a crash leaves either the old tree or the new one
+served, never a mixture. A state naming a tree that is gone or broken (as older versions could
+leave it, or a racing build on another process) heals when read: the newest complete tree is
+served instead, and a warning says so. Read, change and write of the state happen under the
+channel's state lock (:meth:`TreePool.state_lock`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from raptor_engine.store.common import _PLACEHOLDER, ChannelCollections, _translated, log
+from raptor_engine.store.tree_format import (
+    _LEGACY,
+    TreeState,
+    _Place,
+    _place_from_json,
+    _sources_of,
+    _state_from,
+    _state_metadata,
+)
+from raptor_engine.store.tree_pool import TreePool
+
+
+class TreeStates:
+    """The served state and the places of the trees this store knows. Methods raise ``StoreError``."""
+
+    def __init__(self, collections: ChannelCollections, pool: TreePool) -> None:
+        self._at = collections
+        self._pool = pool
+        self.known: dict[int, _Place] = {}  # trees served now or before, by version (never change)
+        self.written: dict[int, _Place] = {}  # trees this store wrote, by version
+        self._present: set[str] = set()  # served trees seen to exist (checked once)
+
+    def forget(self) -> None:
+        """Forgets every place known: a drop deleted the trees."""
+        self.known.clear()
+        self.written.clear()
+        self._present.clear()
+
+    def live(self) -> TreeState | None:
+        """The served tree's state, or None if no tree was ever built; a missing tree healed first."""
+        state = self.read()
+        if state is not None and self._is_missing(state):
+            return self._heal(state)
+        return state
+
+    def read(self) -> TreeState | None:
+        """The served state as stored (not healed), noting where it and the previous tree are."""
+        meta = self._read_meta()
+        if meta is None:
+            return None
+        state = _state_from(meta)
+        self.known[state.version] = _Place(state.version, state.slot, state.tag)
+        previous = _place_from_json(meta.get("previous"))
+        if previous is not None:
+            self.known[previous.version] = previous
+        return state
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        with _translated("reading the tree state"):
+            got = self._at.open("meta").get(ids=["state"], include=["metadatas"])
+        return dict(got["metadatas"][0]) if got["metadatas"] else None
+
+    def write(self, state: TreeState, previous: _Place | None) -> None:
+        """Serves ``state`` from now on, ``previous`` kept for readers in flight: one write."""
+        meta = _state_metadata(state, previous)
+        with _translated("switching to the new tree"):
+            self._at.open("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
+        self.known[state.version] = _Place(state.version, state.slot, state.tag)
+
+    def served_places(self) -> dict[int, _Place]:
+        """Where the served tree and the previous one are, by version (read now)."""
+        meta = self._read_meta()
+        if meta is None:
+            return {}
+        served = _Place(int(meta["version"]), int(meta.get("slot", _LEGACY)), str(meta.get("tag", "")))
+        previous = _place_from_json(meta.get("previous"))
+        return {p.version: p for p in (previous, served) if p is not None}
+
+    def place(self, version: int) -> _Place:
+        """Where tree ``version`` is: the served or previous tree (or one written here)."""
+        if version not in self.known:
+            self.known.update(self.served_places())
+        if version in self.known:
+            return self.known[version]
+        return self.written.get(version, _Place(version, _LEGACY, ""))
+
+    def place_of(self, state: TreeState) -> _Place:
+        """Where the tree of a state about to be served is: its own tag, or one written here."""
+        if state.tag:
+            return _Place(state.version, state.slot, state.tag)
+        if state.version in self.written:
+            return self.written[state.version]
+        return _Place(state.version, _LEGACY, "")
+
+    def recheck_if_served(self, slot: int) -> None:
+        """After writing to ``slot``: if a tree there got served meanwhile, this build may have
+        written over it; the served state is checked afresh (and healed if broken)."""
+        served = self.read()
+        if served is None or served.slot != slot:
+            return
+        log.info("channel %s: another build's tree v%d was served from the slot this build wrote to; "
+                 "checking it", self._at.key, served.version)
+        self._present.discard(f"{served.version}.{served.tag}")
+        self.live()
+
+    def _is_missing(self, state: TreeState) -> bool:
+        """Whether the served tree is gone or broken: fewer of its records are there (its own,
+        or freed by a forget) than it had. Another builder that chose the same slot can write
+        over it (two processes on one Chroma server; nothing there makes the choice and the
+        write one step). Checked once per tree and process: one read."""
+        key = f"{state.version}.{state.tag}"
+        if key in self._present or not sum(state.nodes_per_layer.values()):
+            return False
+        with _translated("checking the served tree"):
+            if state.slot == _LEGACY:
+                found = state.version in self._pool.legacy_versions()
+            else:
+                found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
+        if found:
+            self._present.add(key)
+        return not found
+
+    def _whole(self, tag: str, at_least: int) -> bool:
+        """Whether the pool holds at least ``at_least`` records of the tree ``tag``, counting
+        those a forget freed (marked ``free:<tag>``; the served state's counts drop only
+        after they are freed, so a reader in between must not see a broken tree)."""
+        got = self._pool.collection().get(where={"tree": {"$in": [tag, f"free:{tag}"]}}, include=[])["ids"]
+        return len(got) >= at_least > 0
+
+    def _heal(self, missing: TreeState) -> TreeState:
+        """Serves the newest complete tree instead of the missing one, and says so."""
+        with self._pool.state_lock():
+            state = self.read()
+            if state is None or not self._is_missing(state):
+                return state  # type: ignore[return-value]  # healed meanwhile
+            found = self._newest_complete()
+            if found is None:
+                log.warning("channel %s: the served tree v%d is missing and no other complete tree is "
+                            "stored; a rebuild makes a new one", self._at.key, missing.version)
+                return state
+            place, layers, source_ids = found
+            healed = replace(state, version=place.version, slot=place.slot, tag=place.tag,
+                             nodes_per_layer=layers, source_ids=source_ids, revision=state.revision + 1)
+            self.write(healed, None)
+        log.warning("channel %s: the served tree v%d is missing; serving v%d, the newest complete tree, "
+                    "instead (a rebuild brings it up to date)", self._at.key, missing.version, place.version)
+        return healed
+
+    def _newest_complete(self) -> tuple[_Place, dict[int, int], tuple[str, ...]] | None:
+        """The newest stored tree whose every node is there, with its layer sizes and sources."""
+        with _translated("looking for a complete tree"):
+            pool = self._pool.collection()
+            firsts = pool.get(where={"k": 0}, include=["metadatas"])["metadatas"] or []
+            candidates = [_Place(int(m["version"]), int(m["slot"]), str(m["tree"]))
+                          for m in firsts if m.get("version") is not None]
+            for place in sorted(candidates, key=lambda p: -p.version):
+                metas = pool.get(where={"tree": place.tag}, include=["metadatas"])["metadatas"] or []
+                if metas and self._whole(place.tag, int(metas[0]["count"])):
+                    return place, dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
+            for version in sorted(self._pool.legacy_versions(), reverse=True):
+                metas = self._pool.legacy(version).get(include=["metadatas"])["metadatas"] or []
+                if metas:
+                    return _Place(version, _LEGACY, ""), dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
+        return None
