@@ -127,32 +127,38 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     if args.command == SERVE:
         return _serve(config, args.channel, stdin, stdout)
     held = _start_clustering(config) if args.command in CLUSTERING else None  # noqa: F841  # the lock, until the store holds it
+    from bot import replies
     from bot.composition import build_engine  # heavy: only once arguments are valid
-    from bot.text_render import format_answer, format_node, format_report, format_sources, format_stats
 
     engine = build_engine(config, clusters_soon=args.command in CLUSTERING)
     channel = ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, getattr(args, "channel", "demo"))
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
     if args.command == "rebuild":
-        print(format_report(_rebuild(engine, channel)), file=stdout)
+        print(replies.report_text(_rebuild(engine, channel)), file=stdout)
     elif args.command == "ask":
-        print(format_answer(asyncio.run(engine.answer(channel, args.question))), file=stdout)
+        print(replies.answer_text(asyncio.run(engine.answer(channel, args.question))), file=stdout)
     elif args.command == "retrieve":
         _retrieve(engine, channel, args, stdin, stdout)
     elif args.command == "inspect":
-        text = format_node(engine.node(channel, args.node)) if args.node else format_stats(
-            engine.stats(channel), engine.top_nodes(channel)
-        )
-        print(text, file=stdout)
+        print(_inspect(engine, channel, args.node), file=stdout)
     elif args.command == "sources":
-        print(format_sources(engine.sources(channel)), file=stdout)
+        print(replies.sources_text(engine.sources(channel)), file=stdout)
     elif args.command == "forget":
-        source = engine.forget(channel, args.source)
-        print(f"Forgot {source.id[:12]} \"{source.title}\" and everything built from it.", file=stdout)
+        print(replies.forgot_text(engine.forget(channel, args.source)), file=stdout)
     elif args.command == "demo":
         _demo(engine, channel, stdout)
     return 0
+
+
+def _inspect(engine: Engine, channel: ChannelKey, node_id: str | None) -> str:
+    """The tree's statistics and top nodes, or one node with how to open its neighbours here."""
+    from bot import replies
+
+    if node_id is None:
+        return replies.stats_text(engine.stats(channel), engine.top_nodes(channel))
+    open_with = f"inspect --channel {channel.channel} --node ID"
+    return replies.node_text(engine.node(channel, node_id), open_with=open_with)
 
 
 def _serve(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -> int:
@@ -198,6 +204,7 @@ def _rebuild(engine: Engine, channel: ChannelKey) -> BuildReport:
 def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: TextIO) -> int:
     """Ingests each file; a refused file is reported and the others still go in."""
     from bot.progress import TerminalProgress
+    from bot.replies import ingested_text
 
     failures = 0
     for path in files:
@@ -210,12 +217,13 @@ def _ingest(engine: Engine, channel: ChannelKey, files: Iterable[Path], stdout: 
             continue
         finally:
             progress.close()
-        verb = "already stored" if result.duplicate else f"stored ({result.leaves} excerpts)"
-        print(f"{path}: {verb} as {result.source.id[:12]} \"{result.source.title}\"", file=stdout)
+        print(ingested_text(path, result), file=stdout)
     return 1 if failures else 0
 
 
 def _retrieve(engine: Engine, channel: ChannelKey, args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    from bot.replies import hit_line
+
     base: RetrievalSettings = engine.settings.retrieval
     settings = replace(
         base,
@@ -232,7 +240,7 @@ def _retrieve(engine: Engine, channel: ChannelKey, args: argparse.Namespace, std
             print(json.dumps({"hits": [hit_json(hit) for hit in hits]}, ensure_ascii=False), file=stdout, flush=True)
         else:
             for hit in hits:
-                print(f"{hit.score:.3f}  {hit.node.id}  layer {hit.node.layer}  {hit.node.text[:100]!r}", file=stdout)
+                print(hit_line(hit), file=stdout)
             print(file=stdout, flush=True)
 
 
@@ -250,12 +258,12 @@ def hit_json(hit: Hit) -> dict[str, object]:
 
 
 def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
+    from bot.replies import answer_text, ask_your_own_text, demo_question_text, report_text, sample_text
     from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
-    from bot.text_render import format_answer, format_report
 
     result = engine.ingest_file(channel, SAMPLE_DOCUMENT)
-    print(f"Sample document \"{result.source.title}\" in channel '{channel.channel}' ({result.leaves or 'already'} excerpts).", file=stdout)
-    print(format_report(_rebuild(engine, channel)), file=stdout)
-    print(f"\nQ: {SAMPLE_QUESTION}\n", file=stdout)
-    print(format_answer(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
-    print(f"\nAsk your own: .venv/bin/python -m bot ask --channel {channel.channel} \"...\"", file=stdout)
+    print(sample_text(result, channel.channel), file=stdout)
+    print(report_text(_rebuild(engine, channel)), file=stdout)
+    print(demo_question_text(SAMPLE_QUESTION), file=stdout)
+    print(answer_text(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
+    print(ask_your_own_text(channel.channel), file=stdout)

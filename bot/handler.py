@@ -46,8 +46,10 @@ from bot.config import Config
 from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
 from bot.rate_limits import RateLimiter
+from bot.replies import outline_text as render_outline_text
 from bot.scheduler import RequestResult
-from bot.tree_picture import render_outline_text, render_png, tree_outline
+from bot.tree_outline import tree_outline
+from bot.tree_picture import render_png
 from raptor_engine.errors import RaptorError
 from raptor_engine.types import Answer, ChannelKey
 

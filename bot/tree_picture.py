@@ -1,9 +1,8 @@
-"""A picture of a channel's RAPTOR tree as a PNG, and the same outline as short text.
+"""The tree picture: a PNG of a channel's RAPTOR tree, drawn from a :class:`TreeOutline`.
 
-:func:`tree_outline` reads what to show from the engine (blocking Chroma reads);
-:func:`render_png` and :func:`render_outline_text` turn that plain value into a
-picture or a few lines of text without touching the engine again, so the
-outline can be built in a worker thread and rendered anywhere.
+Only drawing and fitting text into boxes live here: the outline is read from the
+engine by :func:`bot.tree_outline.tree_outline`, and every word drawn comes from
+:mod:`bot.texts.outline` (which also writes the text outline sent beside the picture).
 
 The picture is always exactly :data:`PICTURE_SIZE`. Every piece of text in it
 is wrapped and cut with an ellipsis to fit its box, so no title or summary,
@@ -16,24 +15,17 @@ from __future__ import annotations
 import io
 import logging
 import unicodedata
-from dataclasses import dataclass
-from datetime import datetime
 from functools import lru_cache
 from typing import TypeAlias
 
 from PIL import Image, ImageDraw, ImageFont
 
-from raptor_engine.answering import quote
-from raptor_engine.engine import Engine
-from raptor_engine.errors import NodeNotFound
-from raptor_engine.types import ChannelKey, Node, Source
+from bot.texts import outline as words
+from bot.tree_outline import Branch, TreeOutline
 
 log = logging.getLogger(__name__)
 
 PICTURE_SIZE = (1200, 800)
-SUMMARY_CHARS = 160  # Branch.summary is the node's text cut to about this many characters
-MAX_SOURCE_TITLES = 5
-TOP_LIMIT = 5  # top-layer nodes kept in an outline (normally there is one root)
 MAX_DRAWN_BRANCHES = 8  # more would not be readable at PICTURE_SIZE
 MAX_LAYER_ROWS = 16
 
@@ -65,181 +57,6 @@ GAP = 16
 LINK_INSET = GAP // 2  # the links' trunk runs this far right of the panel's left edge
 
 
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """One node as shown in the picture.
-
-    ``summary`` is the node's text with whitespace folded, cut to about 160
-    characters at a word with "…". ``source_titles`` are the distinct titles
-    of the sources the node covers, most-covered first, at most five.
-    ``children`` is how many nodes it summarises (0 for an excerpt).
-    """
-
-    node_id: str
-    layer: int
-    summary: str
-    source_titles: tuple[str, ...]
-    children: int
-
-
-@dataclass(frozen=True, slots=True)
-class TreeOutline:
-    """What the picture and the text outline show of one channel's tree.
-
-    ``version`` is 0 (and ``top``, ``branches`` and ``nodes_per_layer`` empty)
-    when no tree was built yet. ``top`` holds the highest layer's nodes,
-    normally the one root; ``branches`` the nodes of the layer below that the
-    top nodes summarise, largest first.
-    """
-
-    title: str
-    version: int
-    built_at: str
-    sources: int
-    pending_sources: int
-    nodes_per_layer: dict[int, int]
-    top: tuple[Branch, ...]
-    branches: tuple[Branch, ...]
-
-
-# -- reading the engine --------------------------------------------------------
-
-
-def tree_outline(engine: Engine, key: ChannelKey, title: str, max_branches: int = 8) -> TreeOutline:
-    """The outline of ``key``'s served tree, captioned ``title``.
-
-    Blocking (Chroma reads); callers in async code run it in a thread.
-    ``branches`` are the children of the top nodes, at most ``max_branches``,
-    largest (most children, then most tokens) first. A tree replaced by a
-    rebuild while this reads it yields fewer branches, never an error.
-    """
-    stats = engine.stats(key)
-    if stats.version == 0:
-        return TreeOutline(title, 0, "", stats.sources, stats.pending_sources, {}, (), ())
-    titles = _source_titles(engine.sources(key))
-    top_nodes = engine.top_nodes(key, TOP_LIMIT)
-    children = _children_of(engine, key, top_nodes)
-    children.sort(key=lambda n: (-len(n.children), -n.tokens, n.id))
-    return TreeOutline(
-        title=title,
-        version=stats.version,
-        built_at=stats.built_at,
-        sources=stats.sources,
-        pending_sources=stats.pending_sources,
-        nodes_per_layer=dict(stats.nodes_per_layer),
-        top=tuple(branch_of(node, titles) for node in top_nodes),
-        branches=tuple(branch_of(node, titles) for node in children[: max(0, max_branches)]),
-    )
-
-
-def branch_of(node: Node, titles: dict[str, str]) -> Branch:
-    """``node`` as a :class:`Branch`; ``titles`` maps source ids to titles.
-
-    A source missing from ``titles`` (removed since the build) is named by the
-    node's own title if it is the node's main source, else by its short id.
-    """
-    names: list[str] = []
-    for rank, source_id in enumerate(node.source_ids):
-        name = titles.get(source_id) or (node.title if rank == 0 and node.title else f"source {source_id[:12]}")
-        if name not in names:
-            names.append(name)
-        if len(names) == MAX_SOURCE_TITLES:
-            break
-    if not names and node.title:
-        names.append(node.title)
-    return Branch(node.id, node.layer, quote(node.text, SUMMARY_CHARS), tuple(names), len(node.children))
-
-
-def _source_titles(sources: list[Source]) -> dict[str, str]:
-    return {source.id: source.title for source in sources}
-
-
-def _children_of(engine: Engine, key: ChannelKey, parents: list[Node]) -> list[Node]:
-    """The distinct children of ``parents``, in the order met."""
-    found: dict[str, Node] = {}
-    for parent in parents:
-        if not parent.children:
-            continue
-        try:
-            view = engine.node(key, parent.id)
-        except NodeNotFound:
-            log.info("node %s left the tree while it was being outlined", parent.id)
-            continue
-        for child in view.children:
-            found.setdefault(child.id, child)
-    return list(found.values())
-
-
-# -- text ------------------------------------------------------------------------
-
-
-def render_outline_text(outline: TreeOutline) -> str:
-    """A few plain-text lines: the tree's version and layers with counts, the root's
-    summary, then one line per branch with its node id, children count and source
-    titles. Node ids are shown so a person can run ``node ID`` on them. Summaries
-    and titles are folded onto one line and cut, so each item stays one line."""
-    if outline.version == 0:
-        waiting = f"{outline.sources} source(s) added; run rebuild to build it." if outline.sources else (
-            "Add files or pin messages, then run rebuild.")
-        return f"{quote(outline.title, 200)}: no tree built yet. {waiting}"
-    lines = [f"{quote(outline.title, 200)}: {_meta_line(outline)}.", "Layers: " + _layers_text(outline.nodes_per_layer) + "."]
-    lines += _top_lines(outline.top)
-    if outline.branches:
-        lines.append(f"Branches (layer {outline.branches[0].layer}, largest first):")
-        lines += [f"- {b.node_id}: {_children_text(b)}{_from_text(b.source_titles)}" for b in outline.branches]
-    elif outline.top and outline.top[0].layer == 0:
-        lines.append("No branches: the tree has a single layer of excerpts.")
-    lines.append("Send `node ID` to read a node in full.")
-    return "\n".join(lines)
-
-
-def _top_lines(top: tuple[Branch, ...]) -> list[str]:
-    if not top:
-        return []
-    if len(top) == 1:
-        root = top[0]
-        summary = quote(root.summary, SUMMARY_CHARS)
-        return [f"Root {root.node_id} (layer {root.layer}, {_children_text(root)}): {summary}"]
-    lines = [f"Top layer {top[0].layer} has {len(top)} nodes shown:"]
-    return lines + [f"- {b.node_id} ({_children_text(b)}): {quote(b.summary, SUMMARY_CHARS)}" for b in top]
-
-
-def _layers_text(nodes_per_layer: dict[int, int]) -> str:
-    return ", ".join(f"layer {layer}: {_count_text(layer, count)}" for layer, count in
-                     sorted(nodes_per_layer.items(), reverse=True))
-
-
-def _count_text(layer: int, count: int) -> str:
-    noun = ("excerpt" if layer == 0 else "summary") if count == 1 else ("excerpts" if layer == 0 else "summaries")
-    return f"{count:,} {noun}"
-
-
-def _children_text(branch: Branch) -> str:
-    if branch.layer == 0:
-        return "excerpt"
-    return "1 child" if branch.children == 1 else f"{branch.children:,} children"
-
-
-def _from_text(titles: tuple[str, ...]) -> str:
-    return ", from " + "; ".join(f"“{quote(t, 80)}”" for t in titles) if titles else ""
-
-
-def _meta_line(outline: TreeOutline) -> str:
-    pending = f"{outline.pending_sources} change(s) wait for a rebuild" if outline.pending_sources else "up to date"
-    return f"tree v{outline.version}, built {_when(outline.built_at)} from {outline.sources} source(s); {pending}"
-
-
-def _when(built_at: str) -> str:
-    """``built_at`` (ISO-8601) as ``YYYY-MM-DD HH:MM UTC``, or as given if it does not parse."""
-    try:
-        moment = datetime.fromisoformat(built_at)
-    except ValueError:
-        return built_at or "at an unknown time"
-    offset = moment.utcoffset()
-    zone = "" if offset is None else ("UTC" if not offset else moment.strftime("UTC%z"))
-    return f"{moment:%Y-%m-%d %H:%M} {zone}".rstrip()
-
-
 # -- the picture -------------------------------------------------------------------
 
 
@@ -269,9 +86,8 @@ def render_png(outline: TreeOutline) -> bytes:
 
 def _draw_header(draw: ImageDraw.ImageDraw, outline: TreeOutline) -> None:
     width = PICTURE_SIZE[0] - 2 * MARGIN
-    _draw_lines(draw, (MARGIN, 20), [outline.title or "(untitled channel)"], _font(32), width, INK)
-    meta = _meta_line(outline) if outline.version else f"{outline.sources} source(s), no tree built yet"
-    meta = meta[0].upper() + meta[1:]
+    title, meta = words.picture_header(outline)
+    _draw_lines(draw, (MARGIN, 20), [title], _font(32), width, INK)
     _draw_lines(draw, (MARGIN, 64), [meta], _font(18), width, MUTED)
     draw.line((MARGIN, HEADER_BOTTOM, PICTURE_SIZE[0] - MARGIN, HEADER_BOTTOM), fill=RULE, width=2)
 
@@ -279,16 +95,14 @@ def _draw_header(draw: ImageDraw.ImageDraw, outline: TreeOutline) -> None:
 def _draw_no_tree(draw: ImageDraw.ImageDraw, outline: TreeOutline) -> None:
     width = PICTURE_SIZE[0] - 2 * MARGIN
     centre = PICTURE_SIZE[0] // 2
-    _draw_centred(draw, centre, 330, "No tree built yet", _font(44), width, INK)
-    hint = (f"{outline.sources} source(s) added. Run rebuild to build the summary tree." if outline.sources
-            else "Add files or pin messages, then run rebuild to build the summary tree.")
-    _draw_centred(draw, centre, 400, hint, _font(22), width, MUTED)
+    _draw_centred(draw, centre, 330, words.NO_TREE_HEADLINE, _font(44), width, INK)
+    _draw_centred(draw, centre, 400, words.no_tree_hint(outline.sources), _font(22), width, MUTED)
 
 
 def _draw_layers(draw: ImageDraw.ImageDraw, nodes_per_layer: dict[int, int]) -> None:
     """One centred bar per layer, highest on top, so the tree reads as a pyramid."""
     width = LEFT_RIGHT - MARGIN
-    _draw_lines(draw, (MARGIN, CONTENT_TOP), ["Layers"], _font(20), width, INK)
+    _draw_lines(draw, (MARGIN, CONTENT_TOP), [words.LAYERS_HEADING], _font(20), width, INK)
     layers = sorted(nodes_per_layer, reverse=True)
     hidden = max(0, len(layers) - MAX_LAYER_ROWS)
     if hidden:
@@ -303,8 +117,7 @@ def _draw_layers(draw: ImageDraw.ImageDraw, nodes_per_layer: dict[int, int]) -> 
     for index, layer in enumerate(layers):
         y = top + index * row
         count = nodes_per_layer[layer]
-        kind = "excerpts" if layer == 0 else "summaries"
-        label = _fit(f"Layer {layer} · {kind}", label_font, width * 2 // 3)
+        label = _fit(words.layer_label(layer), label_font, width * 2 // 3)
         draw.text((MARGIN, y), label, font=label_font, fill=INK)
         number = _fit(f"{count:,}", label_font, width // 3)
         draw.text((LEFT_RIGHT - _length(number, label_font), y), number, font=label_font, fill=INK)
@@ -314,7 +127,7 @@ def _draw_layers(draw: ImageDraw.ImageDraw, nodes_per_layer: dict[int, int]) -> 
         draw.rectangle((left, bar_top, left + bar, bar_top + bar_height),
                        fill=EXCERPT_BAR if layer == 0 else SUMMARY_BAR)
     if hidden:
-        note = _fit(f"({hidden} middle layers not shown)", _font(12), width)
+        note = _fit(words.hidden_layers_note(hidden), _font(12), width)
         draw.text((MARGIN, bottom), note, font=_font(12), fill=MUTED)
 
 
@@ -322,15 +135,10 @@ def _draw_top(draw: ImageDraw.ImageDraw, top: tuple[Branch, ...]) -> None:
     box = (PANEL_LEFT, CONTENT_TOP, PICTURE_SIZE[0] - MARGIN, ROOT_BOTTOM)
     draw.rounded_rectangle(box, radius=12, fill=ROOT_FILL, outline=ROOT_EDGE, width=2)
     if not top:
-        _draw_in_box(draw, box, "The tree has no nodes.", "", "", (), text_size=18)
+        _draw_in_box(draw, box, words.NO_NODES, "", "", (), text_size=18)
         return
     root = top[0]
-    if len(top) == 1:
-        heading = f"Root {root.node_id}"
-        note = f"layer {root.layer} · {_children_text(root)}"
-    else:
-        heading = f"Top node {root.node_id}"
-        note = f"1 of {len(top)} at layer {root.layer} · {_children_text(root)}"
+    heading, note = words.top_heading(top)
     _draw_in_box(draw, box, heading, note, root.summary, root.source_titles, text_size=18)
 
 
@@ -340,20 +148,18 @@ def _draw_branches(draw: ImageDraw.ImageDraw, outline: TreeOutline) -> None:
     heading_left = PANEL_LEFT + LINK_INSET + GAP
     branches = outline.branches[:MAX_DRAWN_BRANCHES]
     if not branches:
-        single = bool(outline.top) and outline.top[0].layer == 0
-        text = "No branches: the tree has a single layer of excerpts." if single else "No branches to show."
+        text = words.no_branches_text(outline)
         _draw_lines(draw, (PANEL_LEFT, heading_y + 40), [text], _font(18), right - PANEL_LEFT, MUTED)
         return
     layer = branches[0].layer
     in_layer = max(outline.nodes_per_layer.get(layer, 0), len(outline.branches))
-    heading = f"Branches · layer {layer} · largest first · showing {len(branches)} of {in_layer:,}"
+    heading = words.branches_heading(layer, len(branches), in_layer)
     _draw_lines(draw, (heading_left, heading_y), [heading], _font(16), right - heading_left, MUTED)
     boxes = _branch_boxes(len(branches), heading_y + 44, FOOTER_TOP - 8)
     _draw_links(draw, boxes, heading_y + 30)
     for branch, box in zip(branches, boxes):
         draw.rounded_rectangle(box, radius=10, fill=BRANCH_FILL, outline=BRANCH_EDGE, width=2)
-        note = _children_text(branch) if branch.layer == 0 else f"layer {branch.layer} · {_children_text(branch)}"
-        _draw_in_box(draw, box, branch.node_id, note, branch.summary, branch.source_titles, text_size=14)
+        _draw_in_box(draw, box, branch.node_id, words.branch_note(branch), branch.summary, branch.source_titles, text_size=14)
 
 
 def _branch_boxes(count: int, top: int, bottom: int) -> list[Box]:
@@ -408,9 +214,7 @@ def _draw_in_box(draw: ImageDraw.ImageDraw, box: Box, heading: str, note: str, t
 
 
 def _draw_footer(draw: ImageDraw.ImageDraw) -> None:
-    text = ("Layer 0 holds excerpts of the sources; each layer above summarises the one below. "
-            "Send `node ID` to read a node in full.")
-    _draw_lines(draw, (MARGIN, FOOTER_TOP + 4), [text], _font(14), PICTURE_SIZE[0] - 2 * MARGIN, MUTED)
+    _draw_lines(draw, (MARGIN, FOOTER_TOP + 4), [words.PICTURE_FOOTER], _font(14), PICTURE_SIZE[0] - 2 * MARGIN, MUTED)
 
 
 def _draw_centred(draw: ImageDraw.ImageDraw, centre: int, y: int, text: str, font: Font, width: int,

@@ -4,7 +4,10 @@
 events, ``render`` the pure rendering of replies as messages within Discord's
 limits, ``sending`` posts them, ``connection`` keeps discord.py connected, and
 ``client`` holds the discord.py client, :func:`run_discord` and :class:`DiscordPlatform`,
-the adapter ``python -m bot serve`` runs when ``discord.token`` is set.
+the adapter ``python -m bot serve`` runs when ``discord.token`` is set. The client is
+assembled from ``lifecycle`` (start-up, shutdown, failure reports), ``messages``
+(questions, follow-ups, uploads; ``uploads`` hands attachments over), ``pins`` and
+``interactions`` (slash commands and buttons; ``slash_command`` declares the group).
 
 (Never name a module here ``discord``: it would shadow the SDK.)
 """

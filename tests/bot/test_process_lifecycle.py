@@ -303,9 +303,9 @@ def test_sigint_mid_rebuild_under_load_keeps_the_request(tmp_path: Path, bots: l
     bot.type("/rebuild")
     bot.wait_for("rebuild started", timeout=60)
     time.sleep(0.3)  # into the build (its clustering also waits for the worker's compile)
-    assert "Built tree" not in bot.output, "the rebuild ended before the signal: nothing was interrupted"
+    assert "Rebuilt: tree" not in bot.output, "the rebuild ended before the signal: nothing was interrupted"
     assert_stopped_promptly(bot, signal.SIGINT)
-    assert "Built tree" not in bot.output
+    assert "Rebuilt: tree" not in bot.output
     channel = ChromaStore.embedded(bot.data / "chroma").channel(CONSOLE_KEY)
     assert "rebuild_requested" in channel.notes()
     assert [source.title for source in channel.list_sources()] == ["The Aurora Team Handbook"]

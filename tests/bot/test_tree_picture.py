@@ -10,14 +10,9 @@ import pytest
 from PIL import Image, ImageFont
 
 from bot import tree_picture
-from bot.tree_picture import (
-    PICTURE_SIZE,
-    Branch,
-    TreeOutline,
-    render_outline_text,
-    render_png,
-    tree_outline,
-)
+from bot.replies import outline_text as render_outline_text
+from bot.tree_outline import Branch, TreeOutline, tree_outline
+from bot.tree_picture import PICTURE_SIZE, render_png
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document
 from tests.conftest import SAMPLE
@@ -80,7 +75,7 @@ def test_outline_and_picture_of_a_real_tree(engine: Engine, channel: ChannelKey)
     assert_picture(render_png(outline))
     text = render_outline_text(outline)
     assert outline.top[0].node_id in text and all(b.node_id in text for b in outline.branches)
-    assert f"layer 0: {stats.nodes_per_layer[0]} excerpts" in text
+    assert f"{stats.nodes_per_layer[0]:,} excerpts (layer 0)" in text
     assert HANDBOOK in text and "#handbook" in text
 
     only_one = tree_outline(engine, channel, "#handbook", max_branches=1)
@@ -112,7 +107,7 @@ def test_no_tree_yet(engine: Engine, channel: ChannelKey) -> None:
     assert (waiting.version, waiting.sources, waiting.pending_sources) == (0, 1, 1)
     assert_picture(render_png(waiting))
     text = render_outline_text(waiting)
-    assert "no tree built yet" in text.lower() and "1 source(s)" in text
+    assert "no tree built yet" in text.lower() and "1 source added" in text
 
 
 @pytest.mark.parametrize("branches", [0, 1, 3, 5, 8, 20])

@@ -138,7 +138,7 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
 
         await console.handle_line("/sources")
         listed = terminal.take()
-        short_id = re.search(r"^([0-9a-f]{10})  “The Aurora Team Handbook”", listed, re.M)
+        short_id = re.search(r"^([0-9a-f]{12})  “The Aurora Team Handbook”", listed, re.M)
         assert short_id, listed
         await console.handle_line(f"/forget {short_id.group(1)}")
         assert "Forgot “The Aurora Team Handbook”" in terminal.take()

@@ -144,7 +144,7 @@ def test_slash_commands_buttons_and_votes_end_to_end(engine: Engine, tmp_path: P
         assert "1 source in this channel" in message_text((await world.replies(status))[0])
         listed = await world.slash("general", "sources")
         sources_text = message_text((await world.replies(listed))[0])
-        short_id = re.search(r"^([0-9a-f]{10})  “The Aurora Team Handbook”", sources_text, re.MULTILINE)
+        short_id = re.search(r"^([0-9a-f]{12})  “The Aurora Team Handbook”", sources_text, re.MULTILINE)
         assert short_id, sources_text
 
         asked = await world.slash("general", "ask", {"question": ON_CALL_QUESTION})

@@ -1,0 +1,130 @@
+"""Discord interactions: the ``/raptor`` subcommands, the buttons under answers, and
+the ``forget`` autocomplete.
+
+Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+
+* every slash command is deferred at once (Discord allows 3 s) and answered by
+  follow-ups; private replies are ephemeral;
+* the buttons (a summary's node, 👍/👎) carry all they need in their custom ids and
+  are handled in ``on_interaction``, so they keep working after a restart; their
+  replies are shown to the presser only;
+* where the bot is not enabled, the person is told so privately (Discord would
+  otherwise say "the application did not respond");
+* who may manage a channel is Discord's own answer: Manage Messages as resolved for
+  the interaction (always, in a DM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from contextlib import suppress
+from typing import Any
+
+import discord
+from discord import app_commands
+
+from adapters.discord_bot import render, translate
+from adapters.discord_bot.lifecycle import ClientCore
+from adapters.discord_bot.sending import InteractionSend
+from adapters.discord_bot.translate import Place
+from bot.chat import Command
+from bot.replies import source_choice_text
+
+log = logging.getLogger(__name__)
+
+AUTOCOMPLETE_CHOICES = 25  # Discord's maximum
+AUTOCOMPLETE_TIMEOUT_S = 2.0
+CHOICE_NAME_LIMIT = 100
+
+
+class InteractionHandling(ClientCore):
+    """The client's slash commands, button presses and autocomplete; see the module docstring."""
+
+    async def run_command(self, interaction: discord.Interaction, name: str, argument: str = "") -> None:
+        """One ``/raptor <name>``: deferred first, then handled; the replies are follow-ups."""
+        with self._tracked():
+            place = interaction_place(interaction)
+            if not self.scope.allows(place):
+                await _refuse_here(interaction)
+                return
+            send = InteractionSend(self, interaction)
+            if not await send.defer(thinking=True, ephemeral=False):
+                return
+            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+            try:
+                await self.raptor.handler.handle(Command(place.key, person, name, argument, place.thread), send)
+            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                await self._failed(f"handling /{self.settings.command} {name}", send)
+            finally:
+                await send.finish()
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """Presses on the bot's buttons (component interactions); slash commands go through the tree."""
+        if interaction.type is not discord.InteractionType.component:
+            return
+        data: Mapping[str, Any] = interaction.data or {}
+        action = translate.parse_custom_id(str(data.get("custom_id", "")))
+        if action is None:
+            return
+        with self._tracked():
+            place = interaction_place(interaction)
+            if not self.scope.allows(place):
+                await _refuse_here(interaction)
+                return
+            send = InteractionSend(self, interaction, always_private=True)
+            # Opening a node takes a moment: show "thinking". A vote is silent until the handler speaks.
+            if not await send.defer(thinking=isinstance(action, translate.OpenNode), ephemeral=True):
+                return
+            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+            try:
+                await self.raptor.handler.handle(translate.button_event(action, place, person), send)
+            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                await self._failed("handling a button press", send)
+            finally:
+                await send.finish()
+
+    async def source_choices(self, interaction: discord.Interaction, typed: str) -> list[app_commands.Choice[str]]:
+        """Autocomplete of ``forget``: the channel's sources whose id or title contains what is typed."""
+        place = interaction_place(interaction)
+        if not self.scope.allows(place):
+            return []
+        try:
+            # Discord drops an autocomplete answer later than 3 s: better no choices than none shown.
+            sources = await asyncio.wait_for(self.raptor.sources(place.key), AUTOCOMPLETE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("listing the sources of %s for autocomplete took too long", place.key)
+            return []
+        wanted = typed.strip().lower()
+        choices = []
+        for source in sources:
+            if wanted and wanted not in source.id and wanted not in source.title.lower():
+                continue
+            name = source_choice_text(source, CHOICE_NAME_LIMIT)
+            choices.append(app_commands.Choice(name=name, value=source.id))
+        return choices[:AUTOCOMPLETE_CHOICES]
+
+
+# -- places and permissions -------------------------------------------------------------------
+
+
+def interaction_place(interaction: discord.Interaction) -> Place:
+    """The place of an interaction (its channel, or its ids when the channel is unknown)."""
+    if interaction.channel is not None:
+        return translate.place_of(interaction.channel, interaction.guild_id)
+    return Place(interaction.guild_id, int(interaction.channel_id or 0))
+
+
+def interaction_manager(interaction: discord.Interaction, place: Place) -> bool:
+    """Manage Messages in the channel, as Discord resolved it for the interaction. In a DM
+    the person is the only one there, so the channel is theirs to manage."""
+    return place.guild_id is None or interaction.permissions.manage_messages
+
+
+async def _refuse_here(interaction: discord.Interaction) -> None:
+    """An interaction where the bot is not enabled: said to the person only (Discord would
+    otherwise show "the application did not respond")."""
+    with suppress(discord.HTTPException, OSError):
+        await interaction.response.send_message(render.NOT_ENABLED_TEXT, ephemeral=True)
+

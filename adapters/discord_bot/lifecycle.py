@@ -1,0 +1,118 @@
+"""The life cycle of the bot's discord.py client, and what every part of it shares.
+
+:class:`ClientCore` is the base of :class:`~adapters.discord_bot.client.RaptorClient`;
+the parts that handle Discord's events (:mod:`~adapters.discord_bot.messages`,
+:mod:`~adapters.discord_bot.pins`, :mod:`~adapters.discord_bot.interactions`) build
+on it. Contract:
+
+* the client asks Discord for :func:`intents` only, and never mentions anyone but the
+  person it answers (``ALLOWED_MENTIONS``);
+* the slash command tree is synced at start-up; a failed sync is logged, not fatal;
+* every event handler runs inside :meth:`ClientCore._tracked`, so :meth:`ClientCore.close`
+  can let the events being handled finish (for :data:`SHUTDOWN_GRACE_S`) before it
+  cancels the rest and closes;
+* a failure in a handler is logged under a fresh reference by :meth:`ClientCore._failed`,
+  and a short message naming it is posted where it happened: never silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import discord
+from discord import app_commands
+
+from adapters.discord_bot import render, translate
+from adapters.discord_bot.connection import guard_parsers
+from adapters.discord_bot.sending import ALLOWED_MENTIONS
+from bot.chat import Reply
+from bot.config import DiscordConfig
+from bot.errors import log_failure
+from bot.runtime import Bot
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 5.0  # how long closing waits for events being handled before cancelling them
+
+
+def intents() -> discord.Intents:
+    """What the bot needs: guilds (channels, threads, pins updates), guild and DM messages,
+    and message content (library channels and follow-ups in threads carry no mention;
+    Discord blanks their content without it)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.dm_messages = True
+    wanted.message_content = True
+    return wanted
+
+
+class ClientCore(discord.Client):
+    """A discord.py client serving one :class:`~bot.runtime.Bot` (``raptor``) with the
+    configuration ``settings``; see the module docstring."""
+
+    def __init__(self, bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
+        super().__init__(intents=intents(), allowed_mentions=ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
+        self.raptor = bot
+        self.settings = config
+        self.scope = translate.Scope.of(config)
+        self.tree = app_commands.CommandTree(self)
+        self._work: set[asyncio.Task[Any]] = set()
+        guard_parsers(self._connection)
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    async def setup_hook(self) -> None:
+        """Syncs the slash command at start-up. A failed sync is logged, not fatal: mentions
+        still work, and the commands registered before keep working."""
+        try:
+            synced = await self.tree.sync()
+            log.info("synced the /%s command (%d)", self.settings.command, len(synced))
+        except Exception:
+            log_failure(log, "syncing the slash commands with Discord failed (reference %s)")
+
+    async def on_ready(self) -> None:
+        user = self.user
+        log.info("connected to Discord as %s (%s), in %d guild(s)", user, getattr(user, "id", "?"), len(self.guilds))
+
+    async def close(self) -> None:
+        """Lets the events being handled finish (briefly), cancels the rest, then closes."""
+        pending = {task for task in self._work if task is not asyncio.current_task() and not task.done()}
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
+                log.info("closing: cancelled %d event(s) still being handled", len(late))
+        await super().close()
+
+    @contextmanager
+    def _tracked(self) -> Iterator[None]:
+        """Marks the running task as handling an event, so closing can wait for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._work.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._work.discard(task)
+
+    @property
+    def bot_id(self) -> int:
+        """The bot's own user id (0 before login): how its mentions and messages are told."""
+        return self.user.id if self.user is not None else 0
+
+    # -- failures -------------------------------------------------------------------------
+
+    async def _failed(self, what: str, send: Callable[[Reply], Any]) -> None:
+        """Logs the exception being handled with a reference, and says so where it happened."""
+        reference = log_failure(log, "%s failed (reference %s)", what)
+        with suppress(Exception):
+            await send(render.failure_reply(reference))
+

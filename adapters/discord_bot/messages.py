@@ -1,0 +1,136 @@
+"""Discord messages: questions, follow-ups in threads, and files to learn from.
+
+Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+
+* a message that mentions the bot (or any DM) is a question, answered as a reply, or
+  in a new thread with ``discord.reply_in_thread``; a lone "help" is the help command;
+* a message in a thread where the bot has posted is a follow-up (no mention needed),
+  with the thread's earlier messages as context. Whether the bot posted is read from
+  the thread's history each time: nothing is remembered between events;
+* attachments of a message that mentions the bot, and of every message in a
+  ``library_channels`` channel, are downloaded and added as sources;
+* other bots, system messages and places the configuration does not allow are
+  ignored without a word. The bot shows it is typing while it works.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import discord
+
+from adapters.discord_bot import translate
+from adapters.discord_bot.lifecycle import ClientCore
+from adapters.discord_bot.sending import ChannelSend, Typing, keep_typing
+from adapters.discord_bot.translate import Place
+from adapters.discord_bot.uploads import hand_over_attachment
+from bot import commands
+from bot.chat import Command, Person, Question
+
+log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = 20  # messages of a thread read to decide whether the bot is in it, and for context
+
+
+class MessageHandling(ClientCore):
+    """The client's ``on_message``; see the module docstring."""
+
+    async def on_message(self, message: discord.Message) -> None:
+        """Questions, follow-ups and uploads; other bots, system messages and places the
+        configuration does not allow are ignored without a word."""
+        if message.author.bot or self.user is None:
+            return
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return
+        with self._tracked():
+            place = await self._place(message.channel, message.guild.id if message.guild else None)
+            if not self.scope.allows(place):
+                return
+            try:
+                await self._message(message, place)
+            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                await self._failed(f"handling message {message.id}", ChannelSend(message.channel, message))
+
+    async def _message(self, message: discord.Message, place: Place) -> None:
+        addressed = place.guild_id is None or translate.mentions_bot(message, self.bot_id)
+        uploads = list(message.attachments) if addressed or self.scope.is_library(place) else []
+        in_thread = translate.is_thread(message.channel)
+        context: tuple[str, ...] = ()
+        follow_up = False
+        if in_thread:
+            history = await self._history(message)
+            follow_up = not addressed and (
+                translate.bot_posted(history, self.bot_id) or getattr(message.channel, "owner_id", None) == self.bot_id
+            )
+            context = translate.context_of(history, self.bot_id) if addressed or follow_up else ()
+        if not (uploads or addressed or follow_up):
+            return
+        person = self._message_person(message)
+        async with keep_typing(message.channel) as typing:
+            for attachment in uploads:
+                external_id = translate.upload_external_id(message.channel.id, message.id, attachment.id)
+                await hand_over_attachment(self.raptor, message, attachment, place, person, external_id)
+            text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
+            if not text and uploads:
+                return  # the files were the point
+            await self._question(message, place, person, text, context, typing)
+
+    async def _question(self, message: discord.Message, place: Place, person: Person, text: str,
+                        context: tuple[str, ...], typing: Typing) -> None:
+        """A question (or a lone "help"): answered as a reply, or in a thread opened from the
+        message when ``reply_in_thread`` is set and it is not in a thread already."""
+        if translate.is_help(text):
+            event: Command | Question = Command(place.key, person, commands.HELP, thread=place.thread)
+        else:
+            event = Question(place.key, person, text, place.thread, context)
+        new_thread = (self.settings.reply_in_thread and place.guild_id is not None and not place.thread
+                      and isinstance(event, Question) and bool(text))
+        if not new_thread:
+            await self.raptor.handler.handle(event, ChannelSend(message.channel, message))
+            return
+        send = ChannelSend(message.channel, message, translate.thread_name(text))
+        destination = await send.destination()  # the thread opens now: the first sign of work
+        if destination is message.channel:  # it could not be opened: answered as a reply
+            await self.raptor.handler.handle(event, send)
+            return
+        typing.stop()  # the typing goes on in the thread
+        event = Question(place.key, person, text, str(destination.id), context)
+        async with keep_typing(destination):
+            await self.raptor.handler.handle(event, send)
+
+    async def _history(self, message: discord.Message) -> list[discord.Message]:
+        """The thread's messages before this one, oldest first ([] when they cannot be read)."""
+        try:
+            newest_first = [m async for m in message.channel.history(limit=HISTORY_LIMIT, before=message)]
+        except (discord.HTTPException, OSError) as exc:
+            log.warning("cannot read the history of thread %s: %s", message.channel.id, exc)
+            return []
+        return newest_first[::-1]
+
+    def _message_person(self, message: discord.Message) -> Person:
+        """The message's author, and whether they manage the channel it was posted in."""
+        manages = place_manager(message.channel, message.author)
+        return translate.person_of(message.author, manages)
+
+    async def _place(self, channel: Any, guild_id: int | None) -> Place:
+        """The place of a channel; a thread discord.py has not cached is fetched once to
+        learn its parent and its type (a public thread shares its channel's tree, a
+        private one has its own). Unfetched, it is keyed as a channel of its own."""
+        if isinstance(channel, discord.PartialMessageable) and guild_id is not None:
+            try:
+                channel = await self.fetch_channel(channel.id)
+            except (discord.HTTPException, OSError) as exc:
+                log.warning("cannot fetch channel %s: %s", channel.id, exc)
+        return translate.place_of(channel, guild_id)
+
+
+def place_manager(channel: Any, author: Any) -> bool:
+    """Manage Messages for a message's author, from discord.py's cached roles (False if unknown)."""
+    if getattr(channel, "guild", None) is None:
+        return True
+    try:
+        return bool(channel.permissions_for(author).manage_messages)
+    except (AttributeError, TypeError, discord.ClientException):
+        return False
+

@@ -1,0 +1,106 @@
+"""Discord pins: a channel's pinned messages kept in step with the sources learned from them.
+
+Contract (:class:`PinHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+on a change of a channel's pins, the pinned messages are compared with the
+pinned-message sources the bot holds for that channel; new pins are added (their
+files, and their text with the thread they start, if any) and unpinned ones removed.
+One channel's changes are handled one at a time, so a burst of pins adds each once;
+one pin's failure is reported and does not hold the others up. The bot's own messages
+(its answers) are never sources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import discord
+
+from adapters.discord_bot import translate
+from adapters.discord_bot.lifecycle import ClientCore
+from adapters.discord_bot.sending import ChannelSend, keep_typing
+from adapters.discord_bot.translate import Place
+from adapters.discord_bot.uploads import hand_over_attachment
+from bot.chat import Pin, Unpin
+from bot.config import DiscordConfig
+from bot.runtime import Bot
+
+log = logging.getLogger(__name__)
+
+PINNED_THREAD_LIMIT = 500  # messages of a pinned thread that become its source
+
+
+class PinHandling(ClientCore):
+    """The client's pins-update events; see the module docstring."""
+
+    def __init__(self, bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
+        super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
+        self._pin_locks: dict[int, asyncio.Lock] = {}  # one per channel: its changes, one at a time
+
+    async def on_guild_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
+        await self._pins_changed(channel)
+
+    async def on_private_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
+        await self._pins_changed(channel)
+
+    async def _pins_changed(self, channel: Any) -> None:
+        """Adds newly pinned messages and removes unpinned ones (see :func:`translate.pin_changes`).
+        One channel's changes are handled one at a time, so a burst of pins adds each once."""
+        with self._tracked():
+            place = translate.place_of(channel)
+            if not self.scope.allows(place):
+                return
+            lock = self._pin_locks.setdefault(channel.id, asyncio.Lock())
+            async with lock:
+                try:
+                    await self._sync_pins(channel, place)
+                except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                    await self._failed(f"reading the pins of channel {channel.id}", ChannelSend(channel))
+
+    async def _sync_pins(self, channel: Any, place: Place) -> None:
+        """Compares the channel's pins with the bot's pinned-message sources and acts on the difference."""
+        pinned = [message async for message in channel.pins(limit=None)]
+        sources = await self.raptor.sources(place.key)
+        files_only = [m.id for m in pinned if m.attachments and not m.content.strip()]
+        changes = translate.pin_changes(channel.id, [m.id for m in pinned], sources, files_only)
+        if not changes.added and not changes.removed:
+            return
+        by_id = {message.id: message for message in pinned}
+        async with keep_typing(channel):
+            for message_id in changes.added:
+                message = by_id[message_id]
+                try:
+                    await self._pin(channel, message, place)
+                except Exception:  # one pin's failure must not hold the others up  # noqa: BLE001 (reported with a reference, never silent)
+                    await self._failed(f"adding pinned message {message_id}", ChannelSend(channel, message))
+            for external_id in changes.removed:
+                message_id = int(external_id.rsplit("/", 1)[1])
+                send = ChannelSend(channel, channel.get_partial_message(message_id))
+                await self.raptor.handler.handle(Unpin(place.key, translate.PINNER, external_id), send)
+
+    async def _pin(self, channel: Any, message: discord.Message, place: Place) -> None:
+        """One newly pinned message: its attachments and its text (with its thread's messages
+        when it starts one) become sources under the pin's external id."""
+        if message.author.id == self.bot_id:
+            log.info("ignoring the pin of the bot's own message %s: answers are not sources", message.id)
+            return
+        external_id = translate.pin_external_id(channel.id, message.id)
+        for attachment in message.attachments:
+            await hand_over_attachment(self.raptor, message, attachment, place, translate.PINNER, external_id)
+        text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
+        replies = await self._thread_replies(message)
+        if not text and not replies and message.attachments:
+            return
+        author = getattr(message.author, "display_name", "") or message.author.name
+        pin = Pin(place.key, translate.PINNER, text, external_id, link=message.jump_url, author=author,
+                  replies=replies)
+        await self.raptor.handler.handle(pin, ChannelSend(channel, message))
+
+    async def _thread_replies(self, message: discord.Message) -> tuple[str, ...]:
+        """The messages of the thread a pinned message starts ((), when it starts none)."""
+        thread = message.thread
+        if thread is None:
+            return ()
+        history = [m async for m in thread.history(limit=PINNED_THREAD_LIMIT, oldest_first=True)]
+        return translate.thread_replies(history, self.bot_id)

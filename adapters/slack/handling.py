@@ -1,0 +1,364 @@
+"""What the Slack adapter does with a payload once bolt has acknowledged it.
+
+:class:`SlackAdapter` turns Slack payloads into work for one started
+:class:`~bot.runtime.Bot`. Contract:
+
+* the ``on_*`` methods (called by the listeners of :mod:`adapters.slack.listeners`,
+  after the acknowledgement) only start a background task and return: the
+  acknowledgement never waits for the work. At most ``max_concurrency`` tasks work
+  at once; :meth:`SlackAdapter.drain` waits for them when the app stops;
+* :meth:`SlackAdapter.first_delivery` tells an Events API delivery from Slack's
+  retry of it (Slack resends events not acknowledged within 3 s), so an event is
+  answered once whatever the retries (memory bounded by :data:`SEEN_EVENTS`);
+* a task classifies the payload (:mod:`adapters.slack.translate`), fetches what
+  Slack did not send (:mod:`adapters.slack.web`: the person, the thread, the file),
+  and gives the neutral event to ``bot.handler.handle`` with a ``send`` that posts
+  Block Kit messages (:mod:`adapters.slack.blocks`).
+
+Nothing fails silently: the handler turns its failures into ERROR replies with a
+reference; failures here (Slack refusing a call, a download) are logged under a
+fresh reference too, and the person gets a short note naming it. A malformed
+payload is dropped with a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import translate, web as slack_web
+from adapters.slack.blocks import render_question
+from adapters.slack.translate import (
+    Asked,
+    BotIdentity,
+    FileNotice,
+    FilesShared,
+    FollowUp,
+    Ignored,
+    Origin,
+    Pinned,
+    SlackFile,
+    Unpinned,
+)
+from adapters.slack.web import Downloader, DownloadError, Outbox, People, Target
+from bot import replies
+from bot.chat import Event, Person, Reply, ReplyKind
+from bot.commands import ASK
+from bot.config import SlackConfig
+from bot.errors import BotError, log_failure, new_reference
+from bot.runtime import Bot
+
+log = logging.getLogger(__name__)
+
+SEEN_EVENTS = 10_000  # event ids (and shared file ids) remembered to drop Slack's retries
+MAX_CONCURRENT_EVENTS = 16  # events worked on at once; more wait (their acknowledgement does not)
+DRAIN_TIMEOUT_S = 10.0  # on stop, how long events being worked on may take to finish
+
+
+class RecentKeys:
+    """The last ``size`` keys seen, to tell a first delivery from a repeated one."""
+
+    def __init__(self, size: int = SEEN_EVENTS) -> None:
+        self._size = size
+        self._keys: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, key: str) -> bool:
+        """Remembers ``key``; True when it was not remembered already."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+        return True
+
+class SlackAdapter:
+    """Turns Slack payloads into work for one started :class:`~bot.runtime.Bot`.
+
+    The ``on_*`` methods are called by bolt's listeners after the acknowledgement;
+    they only start a background task (bounded to ``max_concurrency`` at once) and
+    return. :meth:`drain` waits for those tasks when the app stops.
+    """
+
+    def __init__(
+        self,
+        bot: Bot,
+        config: SlackConfig,
+        client: AsyncWebClient,
+        session: aiohttp.ClientSession,
+        identity: BotIdentity,
+        max_concurrency: int = MAX_CONCURRENT_EVENTS,
+    ) -> None:
+        self.bot = bot
+        self.config = config
+        self.client = client
+        self.identity = identity
+        self.people = People(client)
+        self.outbox = Outbox(client, session)
+        self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
+                                     config.api_base_url)
+        self._seen_events = RecentKeys()
+        self._seen_files = RecentKeys()
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- called by the listeners (after the acknowledgement) ---------------------------
+
+    def first_delivery(self, body: Mapping[str, Any], retry: str = "") -> bool:
+        """False for an Events API delivery whose ``event_id`` was seen (a retry of an event
+        already being handled); True otherwise, remembering it."""
+        event_id = body.get("event_id")
+        if body.get("type") != "event_callback" or not isinstance(event_id, str) or not event_id:
+            return True
+        if self._seen_events.add(event_id):
+            if retry:
+                log.info("event %s arrives first as Slack's retry %s", event_id, retry)
+            return True
+        log.info("event %s delivered again (retry %s): answered once already", event_id, retry or "?")
+        return False
+
+    def on_event(self, body: Mapping[str, Any]) -> None:
+        self.spawn(self._event(body), "slack event")
+
+    def on_command(self, body: Mapping[str, Any]) -> None:
+        self.spawn(self._command(body), "slack command")
+
+    def on_action(self, body: Mapping[str, Any]) -> None:
+        self.spawn(self._action(body), "slack action")
+
+    # -- background tasks ---------------------------------------------------------------
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Runs ``work`` in a task kept until it ends (so it is neither collected nor lost at stop)."""
+        task = asyncio.get_running_loop().create_task(self._bounded(work), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _bounded(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            async with self._slots:
+                await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The flows report their own failures; this is the net under a mistake in that reporting.
+            log.exception("a Slack event's background task failed")
+        finally:
+            work.close()  # a no-op once it ran; silences "never awaited" when cancelled before starting
+
+    async def wait_idle(self) -> None:
+        """Until no event is being worked on (for tests and benchmarks)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Lets the events being worked on finish for up to ``timeout_s``, then cancels the rest."""
+        pending = set(self._tasks)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.info("cancelled %d Slack event(s) still being worked on at stop", len(pending))
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    @asynccontextmanager
+    async def _reporting(self, target: Target, what: str) -> AsyncIterator[None]:
+        """Any failure in the block is logged under a new reference, and the person told."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reference = log_failure(log, "Slack: %s failed (reference %s)", what)
+            if isinstance(exc, slack_web.TRANSPORT_ERRORS):
+                text = translate.api_failure_text(slack_web.error_code(exc), reference)
+            else:
+                text = replies.unexpected_text(reference)
+            await self.outbox.deliver(target, Reply(ReplyKind.ERROR, text, reference=reference))
+
+    def _working(self, channel: str, ts: str) -> AbstractAsyncContextManager[None]:
+        return slack_web.working(self.client, channel, ts) if ts else nullcontext()
+
+    async def _handle(self, event: Event, target: Target, ts: str = "") -> None:
+        """Gives the event to the bot's handler, the working reaction on ``ts`` meanwhile."""
+        async with self._working(target.channel, ts):
+            await self.bot.handler.handle(event, self.outbox.sender(target))
+
+    # -- events ------------------------------------------------------------------------
+
+    async def _event(self, body: Mapping[str, Any]) -> None:
+        arrival = translate.classify_event(body, self.identity)
+        if isinstance(arrival, Ignored):
+            log.debug("event %s ignored: %s", body.get("event_id"), arrival.reason)
+        elif isinstance(arrival, Asked):
+            await self._asked(arrival)
+        elif isinstance(arrival, FollowUp):
+            await self._follow_up(arrival)
+        elif isinstance(arrival, FilesShared):
+            await self._files(arrival.origin, arrival.files)
+        elif isinstance(arrival, FileNotice):
+            await self._file_notice(arrival)
+        elif isinstance(arrival, Pinned):
+            await self._pinned(arrival)
+        elif isinstance(arrival, Unpinned):
+            await self._unpinned(arrival)
+
+    async def _asked(self, asked: Asked) -> None:
+        origin = asked.origin
+        target = Target(origin.channel, origin.user, thread=asked.reply_thread)
+        async with self._reporting(target, "a question"):
+            person = await self.people.get(origin.user)
+            context: tuple[str, ...] = ()
+            if origin.thread_ts:
+                context = await self._context(origin)
+            await self._handle(translate.question(asked, person, context), target, origin.ts)
+
+    async def _context(self, origin: Origin) -> tuple[str, ...]:
+        """The thread's earlier messages; none (logged) when Slack will not give them."""
+        try:
+            messages = await slack_web.thread_messages(self.client, origin.channel, origin.thread_ts)
+        except slack_web.TRANSPORT_ERRORS as exc:
+            log.warning("reading thread %s in %s failed (%s): answering without its context",
+                        origin.thread_ts, origin.channel, slack_web.error_code(exc))
+            return ()
+        return translate.thread_context(messages, origin.ts, self.identity)
+
+    async def _follow_up(self, follow_up: FollowUp) -> None:
+        origin = follow_up.origin
+        try:
+            messages = await slack_web.thread_messages(self.client, origin.channel, origin.thread_ts)
+        except slack_web.TRANSPORT_ERRORS as exc:
+            # Not addressed to the bot: without the thread there is no telling it was meant for it.
+            log.warning("reading thread %s in %s failed (%s): a possible follow-up is left unanswered",
+                        origin.thread_ts, origin.channel, slack_web.error_code(exc))
+            return
+        if not translate.bot_answered(messages, self.identity):
+            log.debug("message %s in thread %s: the bot has not answered there", origin.ts, origin.thread_ts)
+            return
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts)
+        async with self._reporting(target, "a follow-up question"):
+            person = await self.people.get(origin.user)
+            context = translate.thread_context(messages, origin.ts, self.identity)
+            await self._handle(translate.question(follow_up, person, context), target, origin.ts)
+
+    # -- sources -------------------------------------------------------------------------
+
+    async def _files(self, origin: Origin, files: tuple[SlackFile, ...]) -> None:
+        fresh = [f for f in files if self._seen_files.add(f"{origin.channel}:{f.id}")]
+        if not fresh:
+            return
+        # Notes go in a thread under the file's message, so sharing stays quiet in the channel.
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
+        async with self._reporting(target, "a shared file"):
+            person = await self.people.get(origin.user)
+            for file in fresh:
+                await self._upload(origin, person, file, target)
+
+    async def _file_notice(self, notice: FileNotice) -> None:
+        origin = notice.origin
+        if not self._seen_files.add(f"{origin.channel}:{notice.file_id}"):
+            return  # its message (subtype file_share) brought it already
+        target = Target(origin.channel, origin.user)
+        async with self._reporting(target, "a shared file"):
+            file = await slack_web.file_info(self.client, notice.file_id)
+            if file is None:
+                raise BotError(f"files.info gave no file for {notice.file_id}")
+            person = await self.people.get(origin.user)
+            await self._upload(origin, person, file, target)
+
+    async def _upload(self, origin: Origin, person: Person, file: SlackFile, target: Target) -> None:
+        async with self._working(origin.channel, origin.ts):
+            try:
+                data = await self.downloader.fetch(file)
+            except DownloadError as exc:
+                reference = new_reference()
+                log.warning("downloading file %s (%s) in %s failed: %s (reference %s)",
+                            file.id, file.filename, origin.channel, exc.detail, reference)
+                text = translate.download_failure_text(file.filename, exc.problem, reference)
+                await self.outbox.deliver(target, Reply(ReplyKind.ERROR, text, reference=reference))
+                return
+            upload = translate.upload(origin, person, file, data)
+            await self.bot.handler.handle(upload, self.outbox.sender(target))
+
+    async def _pinned(self, pinned: Pinned) -> None:
+        origin = pinned.origin
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
+        async with self._reporting(target, "a pinned message"):
+            person = await self.people.get(origin.user)
+            text, thread_replies = await self._pinned_text(pinned)
+            author = (await self.people.get(pinned.author)).label if pinned.author else ""
+            link = pinned.permalink or await slack_web.permalink(self.client, origin.channel, origin.ts)
+            pin = translate.pin(pinned, person, text, link, author, thread_replies)
+            await self._handle(pin, target, origin.ts)
+
+    async def _pinned_text(self, pinned: Pinned) -> tuple[str, tuple[str, ...]]:
+        """The pinned message's text and, for a thread's root, its replies (read from Slack:
+        the event carries neither the replies nor, always, the text)."""
+        origin = pinned.origin
+        root = origin.thread_ts if pinned.is_reply else origin.ts
+        if pinned.is_reply and pinned.text:
+            return pinned.text, ()
+        messages = await slack_web.thread_messages(self.client, origin.channel, root)
+        if pinned.is_reply:
+            found = [m for m in messages if m.get("ts") == origin.ts]
+            return (translate.plain_text(str(found[0].get("text") or ""), self.identity.user_id) if found else ""), ()
+        text, thread = translate.pinned_thread(messages, origin.ts, self.identity)
+        return text or pinned.text, thread
+
+    async def _unpinned(self, unpinned: Unpinned) -> None:
+        origin = unpinned.origin
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
+        async with self._reporting(target, "an unpinned message"):
+            person = await self.people.get(origin.user)
+            await self._handle(translate.unpin(unpinned, person), target)
+
+    # -- slash commands and buttons -------------------------------------------------------
+
+    async def _command(self, body: Mapping[str, Any]) -> None:
+        origin = translate.slash_origin(body)
+        target = Target(origin.channel, origin.user, response_url=str(body.get("response_url") or ""))
+        async with self._reporting(target, "a slash command"):
+            person = await self.people.get(origin.user)
+            command = translate.command(body, person)
+            thread = ""
+            if command.name == ASK and command.argument:
+                # A slash command is seen by nobody else: the question is shown in the channel,
+                # and answered in a thread under it (where follow-ups then work as usual).
+                thread = await self._show_question(target, command.argument)
+                if not thread:
+                    return
+                command = replace(command, thread=thread)
+            await self._handle(command, replace(target, thread=thread), thread)
+
+    async def _show_question(self, target: Target, text: str) -> str:
+        """Posts the question asked with the slash command; its ts, or empty (reported) on failure."""
+        try:
+            first = ""
+            for message in render_question(target.user, text):
+                ts = await self.outbox.post(target, message, first)
+                first = first or ts
+            return first
+        except slack_web.TRANSPORT_ERRORS as exc:
+            await self.outbox.report(target, "", "a question's echo", exc)
+            return ""
+
+    async def _action(self, body: Mapping[str, Any]) -> None:
+        origin = translate.action_origin(body)
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts,
+                        response_url=str(body.get("response_url") or ""))
+        async with self._reporting(target, "a button"):
+            person = await self.people.get(origin.user)
+            event = translate.action_event(body, person)
+            if event is None:
+                log.debug("a click in %s carries nothing for the bot", origin.channel)
+                return
+            await self._handle(event, target)

@@ -1,0 +1,90 @@
+"""slack-bolt's ``AsyncApp`` for the bot: its middleware and its listeners.
+
+How a request reaches the adapter (:func:`build_app` wires it):
+
+1. bolt receives it: a Socket Mode envelope, or (HTTP mode) a POST whose ``v0``
+   signature and timestamp bolt verifies (a bad or more than 5 minutes old one
+   gets 401, and nothing runs);
+2. a global middleware asks :meth:`~adapters.slack.handling.SlackAdapter.first_delivery`
+   and drops an Events API delivery seen already (Slack's retries, told by
+   ``X-Slack-Retry-Num``) with a bare 200;
+3. the listener acknowledges at once (bolt acks events before the listener runs;
+   slash commands and clicks call ``ack()`` first) and hands the payload to the
+   adapter, which starts a background task and returns.
+
+The signing secret comes only from :class:`~bot.config.SlackConfig`: bolt is given it
+explicitly (empty in Socket Mode), so its environment fallback never applies.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.logger import get_bolt_logger
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from adapters.slack import translate
+from adapters.slack.handling import SlackAdapter
+from bot.config import SlackConfig
+
+
+class _ClientTokenNotice(logging.Filter):
+    """Drops bolt's warning that a token is unused because a client was given.
+
+    bolt reads ``SLACK_BOT_TOKEN`` from the environment whenever no token is
+    passed, and warns when a client is passed too; the adapter passes its own
+    client, built with the configured token, so with the usual environment
+    variable set every start would log a warning about nothing.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
+    """The ``AsyncApp`` with the adapter's middleware and listeners. HTTP mode verifies
+    request signatures with the configured secret; Socket Mode needs none."""
+    http = config.mode == "http"
+    bolt_log = get_bolt_logger(AsyncApp)
+    if not any(isinstance(f, _ClientTokenNotice) for f in bolt_log.filters):
+        bolt_log.addFilter(_ClientTokenNotice())
+    app = AsyncApp(
+        name="raptor",
+        client=adapter.client,
+        # Explicit even when empty, so bolt never falls back to SLACK_SIGNING_SECRET.
+        signing_secret=config.signing_secret.get_secret_value() if http else "",
+        request_verification_enabled=http,
+        process_before_response=False,
+    )
+
+    async def drop_repeats(body: dict[str, Any], request: AsyncBoltRequest,
+                           next: Callable[[], Coroutine[Any, Any, None]]) -> BoltResponse | None:
+        retry = (request.headers.get("x-slack-retry-num") or [""])[0]
+        retry = "" if retry == "0" else retry  # Socket Mode says 0 for a first delivery
+        if not adapter.first_delivery(body, retry):
+            return BoltResponse(status=200, body="")
+        return await next()  # type: ignore[func-returns-value]
+
+    async def on_event(body: dict[str, Any]) -> None:
+        adapter.on_event(body)
+
+    async def on_command(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
+        await ack()
+        adapter.on_command(body)
+
+    async def on_action(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
+        await ack()
+        adapter.on_action(body)
+
+    app.middleware(drop_repeats)
+    for event_type in ("app_mention", "message", "file_shared", "pin_added", "pin_removed"):
+        app.event(event_type)(on_event)
+    app.command(config.command)(on_command)
+    app.action(re.compile(f"^{re.escape(translate.ACTION_PREFIX)}"))(on_action)
+    return app

@@ -1,0 +1,81 @@
+"""Answers with their citations, retrieval hits and votes.
+
+Chat adapters get an answer as a neutral :class:`~bot.chat.Reply` (:func:`answer_reply`)
+and lay its citations out themselves; the command line prints :func:`answer_text`,
+whose citation lines are the console chat's.
+"""
+
+from __future__ import annotations
+
+from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.texts.words import node_kind
+from raptor_engine.types import Answer, Citation, Hit
+
+NO_MATERIAL = "This channel has no material yet: upload a file or pin a message, then ask again."
+EMPTY_QUESTION = "Ask me a question about this channel's material, or type help for the commands."
+HIT_CHARS = 100  # characters of a retrieved node's text shown per hit
+
+
+def citation_view(citation: Citation) -> CitationView:
+    """The neutral view of one citation: an excerpt (a leaf) or a summary (layer 1 and up)."""
+    kind = CitationKind.EXCERPT if citation.layer == 0 else CitationKind.SUMMARY
+    return CitationView(
+        number=citation.number,
+        kind=kind,
+        layer=citation.layer,
+        node_id=citation.node_id,
+        title=citation.title,
+        link=citation.link,
+        quote=citation.quote,
+    )
+
+
+def answer_reply(answer: Answer, thread: str = "", answer_id: str = "") -> Reply:
+    """The answer with its numbered citations, in the question's thread; the answer's warning is kept."""
+    return Reply(
+        ReplyKind.ANSWER,
+        answer.text,
+        citations=tuple(citation_view(c) for c in answer.citations),
+        warning=answer.warning,
+        thread=thread,
+        answer_id=answer_id,
+    )
+
+
+def citation_line(citation: CitationView) -> str:
+    """``[1] summary (layer 2) · Title — “quote…” link (node ID)``; excerpts without a layer."""
+    link = f" {citation.link}" if citation.link else ""
+    kind = node_kind(citation.layer).lower()
+    return f"[{citation.number}] {kind} · {citation.title} — “{citation.quote}”{link} (node {citation.node_id})"
+
+
+def answer_text(answer: Answer) -> str:
+    """The answer as plain text: its text, its warning (``⚠ ...``) if any, a blank line, then
+    one :func:`citation_line` per citation."""
+    lines = [answer.text]
+    if answer.warning:
+        lines.append(f"⚠ {answer.warning}")
+    if answer.citations:
+        lines.append("")
+        lines += [citation_line(citation_view(c)) for c in answer.citations]
+    return "\n".join(lines)
+
+
+def hit_line(hit: Hit) -> str:
+    """One retrieved node: ``0.812  NODE-ID  layer 0  'its text, cut…'`` (the text as a literal)."""
+    return f"{hit.score:.3f}  {hit.node.id}  layer {hit.node.layer}  {hit.node.text[:HIT_CHARS]!r}"
+
+
+def demo_question_text(question: str) -> str:
+    """The demo's question, set off by blank lines before its answer is printed."""
+    return f"\nQ: {question}\n"
+
+
+def ask_your_own_text(channel: str) -> str:
+    """The demo's last line: how to ask the sample channel a question of one's own."""
+    return f"\nAsk your own: .venv/bin/python -m bot ask --channel {channel} \"...\""
+
+
+def vote_text(up: bool, ups: int, downs: int) -> str:
+    """Thanks for a vote, with the answer's tally."""
+    return f"Thanks, your {'👍' if up else '👎'} is recorded (this answer: {ups} 👍, {downs} 👎)."

@@ -1,0 +1,114 @@
+"""Answers to how a request was made: help, usage, refusals, rate limits, caps and errors."""
+
+from __future__ import annotations
+
+import math
+
+from bot.commands import COMMANDS
+from bot.errors import explain
+from bot.texts.sources import rejected_text
+from bot.texts.words import capitalised, count, in_time, megabytes
+from raptor_engine.errors import DocumentRejected
+
+
+def help_text(unknown: str = "") -> str:
+    """The commands, one line each; with ``unknown``, a first sentence naming the word not understood."""
+    lines = []
+    if unknown:
+        lines.append(f"I don't know the command “{unknown}”. These are the ones I know:")
+    else:
+        lines.append("Ask me anything about the files and pinned messages of this channel. Commands:")
+    width = max(len(spec.usage) for spec in COMMANDS.values())
+    for spec in COMMANDS.values():
+        note = " (channel admins only)" if spec.admin_only else ""
+        lines.append(f"  {spec.usage.ljust(width)}  {spec.help}{note}")
+    return "\n".join(lines)
+
+
+def usage_text(name: str) -> str:
+    """The reply to a command missing its argument."""
+    spec = COMMANDS[name]
+    return f"Usage: {spec.usage} ({spec.help})."
+
+
+def refusal_text(name: str) -> str:
+    """The reply to an admin-only command from someone who is not an admin here."""
+    what = {"rebuild": "rebuild this channel's tree", "forget": "forget a source"}.get(name, f"run {name}")
+    return f"Only this channel's admins can {what}; please ask one of them."
+
+
+# -- rate limits and caps ------------------------------------------------------------
+
+
+def question_limit_text(limit: int, wait_s: float) -> str:
+    """A question refused by ``bot.rate_limits.questions_per_user_per_minute``."""
+    return (
+        f"You have asked {count(limit, 'question')} in the last minute, the most allowed; "
+        f"please ask again {in_time(wait_s)}."
+    )
+
+
+def rebuild_limit_text(limit: int, wait_s: float) -> str:
+    """A rebuild refused by ``bot.rate_limits.rebuilds_per_channel_per_hour``."""
+    return (
+        f"This channel has asked for {count(limit, 'rebuild')} in the last hour, the most allowed; "
+        f"you can ask again {in_time(wait_s)}."
+    )
+
+
+def upload_limit_text(name: str, limit: int, wait_s: float) -> str:
+    """An upload or pin refused because its sender reached ``bot.rate_limits.uploads_per_user_per_hour``."""
+    return (
+        f"I did not add “{name}”: you have added {count(limit, 'file or pin', 'files and pins')} "
+        f"in the last hour, the most allowed. Please try again {in_time(wait_s)}."
+    )
+
+
+def upload_budget_text(name: str, size: int, budget: int, wait_s: float) -> str:
+    """An upload or pin of ``size`` bytes refused by the channel's daily byte ``budget``
+    (``bot.rate_limits.upload_mb_per_channel_per_day``); ``wait_s`` is infinite when it
+    alone is larger than the budget."""
+    if math.isinf(wait_s):
+        return (
+            f"I did not add “{name}”: at {megabytes(size)} it is more than this channel "
+            f"may take in per day ({megabytes(budget)})."
+        )
+    return (
+        f"I did not add “{name}” ({megabytes(size)}): this channel may take in {megabytes(budget)} "
+        f"of files and pins per day, and that is used up. Please try again {in_time(wait_s)}."
+    )
+
+
+def source_cap_text(name: str, limit: int) -> str:
+    """An upload or pin refused because the channel holds ``bot.limits.max_sources_per_channel`` sources."""
+    return (
+        f"I did not add “{name}”: this channel already holds {count(limit, 'source')}, the most allowed. "
+        "An admin can forget one to make room."
+    )
+
+
+def stored_cap_text(name: str, size: int, held: int, cap: int) -> str:
+    """An upload or pin refused because the channel's sources would pass ``bot.limits.max_stored_mb_per_channel``."""
+    return (
+        f"I did not add “{name}” ({megabytes(size)}): this channel holds {megabytes(held)} of sources "
+        f"and may hold at most {megabytes(cap)}. An admin can forget a source to make room."
+    )
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def error_text(error: Exception) -> str:
+    """A known error's message as a sentence (they are written for people already;
+    :func:`bot.errors.explain` adds the configuration key to change where one applies)."""
+    if isinstance(error, DocumentRejected):
+        return rejected_text(error)
+    return capitalised(explain(error).strip() or type(error).__name__)
+
+
+def unexpected_text(reference: str) -> str:
+    """Something failed for a reason nobody could foresee; the log holds ``reference``."""
+    return (
+        "Something went wrong on my side and I could not finish that. "
+        f"Please try again; if it keeps happening, tell the bot's operator (reference {reference})."
+    )
