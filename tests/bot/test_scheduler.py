@@ -31,7 +31,7 @@ from bot.scheduler import (
     RebuildScheduler,
     RequestResult,
 )
-from raptor_engine.engine import Engine
+from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.tree import BuildProgress
 from raptor_engine.types import BuildReport, ChannelKey, Document
@@ -316,8 +316,10 @@ class SlowSummarizer:
 def test_progress_replies_come_before_the_result_and_apart(store: ChromaStore, embedder: Any,
                                                            channel: ChannelKey) -> None:
     good = make_engine(store, embedder)
-    # Summaries taking 0.3 s each make the build last seconds, long enough for several updates.
-    engine = Engine(store, embedder, embedder.token_counter(), SlowSummarizer(good._summarizer, 0.3), good._answerer)
+    # Summaries taking 0.3 s each, one at a time, make the build last seconds with an event every
+    # 0.3 s, long enough for several updates however the clustering's time varies with the load.
+    engine = Engine(store, embedder, embedder.token_counter(), SlowSummarizer(good._summarizer, 0.3), good._answerer,
+                    EngineSettings(max_concurrency=1))
     engine.ingest_file(channel, SAMPLE)
     small_channel(engine, channel)
     inbox = Inbox()
