@@ -8,7 +8,7 @@ is stored beside both.
 
 Contracts:
 
-- Every blocking engine call runs in a worker thread (``asyncio.to_thread``),
+- Every blocking engine call runs in a worker thread (through ``bot.engine_calls``),
   so questions are answered while a rebuild runs.
 - It never fails silently. Errors written for people (``RaptorError``,
   ``BotError``) become an ERROR reply carrying their message. Anything else is
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from bot import commands, replies
 from bot.chat import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.config import Config
+from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
 from bot.rate_limits import RateLimiter
@@ -85,7 +86,7 @@ class ChatHandler:
         scheduler: RebuildScheduler,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._engine = engine
+        self._engine = AsyncEngine(engine)
         self._config = config
         self._scheduler = scheduler
         # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
@@ -147,7 +148,7 @@ class ChatHandler:
         context = event.context if isinstance(event, Question) else ()
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
         answer = await self._engine.answer(key, query)
-        if not answer.found and not await asyncio.to_thread(self._engine.sources, key):
+        if not answer.found and not await self._engine.sources(key):
             await send(Reply(ReplyKind.INFO, replies.NO_MATERIAL, thread=event.thread))
             return
         answer_id = await self._keep(key, text, answer, event.person.label)
@@ -160,14 +161,14 @@ class ChatHandler:
         answer_id = uuid.uuid4().hex[:12]
         try:
             kept = self._config.bot.limits_for(str(key)).kept_answers_per_channel
-            await asyncio.to_thread(self._engine.keep_answer, key, answer_id, question, answer, asked_by, kept)
+            await self._engine.keep_answer(key, answer_id, question, answer, asked_by, kept)
         except RaptorError as exc:
             log.warning("channel %s: could not keep answer %s for votes: %s", key, answer_id, exc)
             return ""
         return answer_id
 
     async def _vote(self, vote: Vote, send: Send) -> None:
-        record = await asyncio.to_thread(self._engine.vote, vote.channel, vote.answer_id, vote.person.id, vote.up)
+        record = await self._engine.vote(vote.channel, vote.answer_id, vote.person.id, vote.up)
         log.info("channel %s: %s voted %s on answer %s", vote.channel, vote.person.id, "up" if vote.up else "down",
                  vote.answer_id)
         await send(Reply(ReplyKind.INFO, replies.vote_text(vote.up, record.ups, record.downs), private=True))
@@ -190,7 +191,7 @@ class ChatHandler:
         elif name == commands.STATUS:
             await self._status(command, send)
         elif name == commands.SOURCES:
-            sources = await asyncio.to_thread(self._engine.sources, command.channel)
+            sources = await self._engine.sources(command.channel)
             await self._info(send, command, replies.sources_text(sources))
         elif name == commands.FORGET:
             await self._forget(command, send)
@@ -203,7 +204,7 @@ class ChatHandler:
 
     async def _rebuild(self, command: Command, send: Send) -> None:
         key = command.channel
-        if not await asyncio.to_thread(self._engine.sources, key):
+        if not await self._engine.sources(key):
             # Said now rather than by the scheduler later, and without using up a rebuild of the hour.
             await send(Reply(ReplyKind.ERROR, replies.NO_MATERIAL, thread=command.thread))
             return
@@ -218,7 +219,7 @@ class ChatHandler:
             await self._info(send, command, replies.REBUILD_STARTED)
 
     async def _status(self, command: Command, send: Send) -> None:
-        stats = await asyncio.to_thread(self._engine.stats, command.channel)
+        stats = await self._engine.stats(command.channel)
         schedule = self._scheduler.status(command.channel)
         await self._info(send, command, replies.status_text(stats, schedule))
 
@@ -226,7 +227,7 @@ class ChatHandler:
         if not command.argument:
             await self._info(send, command, replies.usage_text(commands.FORGET))
             return
-        source = await asyncio.to_thread(self._engine.forget, command.channel, command.argument)
+        source = await self._engine.forget(command.channel, command.argument)
         self._scheduler.watch(command.channel)  # the summaries still count it until the next rebuild
         await self._info(send, command, replies.forgot_text(source))
 
@@ -234,12 +235,12 @@ class ChatHandler:
         if not command.argument:
             await self._info(send, command, replies.usage_text(commands.NODE))
             return
-        view = await asyncio.to_thread(self._engine.node, command.channel, command.argument.split()[0])
+        view = await self._engine.node(command.channel, command.argument.split()[0])
         await self._info(send, command, replies.node_text(view))
 
     async def _tree(self, command: Command, send: Send) -> None:
         key = command.channel
-        outline = await asyncio.to_thread(tree_outline, self._engine, key, _channel_title(key))
+        outline = await self._engine.run(lambda engine: tree_outline(engine, key, _channel_title(key)))
         picture = await asyncio.to_thread(render_png, outline)
         reply = Reply(
             ReplyKind.INFO,
@@ -255,15 +256,15 @@ class ChatHandler:
     # -- sources ----------------------------------------------------------------
 
     async def _upload(self, upload: Upload, send: Send) -> None:
-        await self._add(upload, upload.size or len(upload.data), upload.filename, send, lambda: ingest_upload(self._engine, upload))
+        await self._add(upload, upload.size or len(upload.data), upload.filename, send, lambda engine: ingest_upload(engine, upload))
 
     async def _pin(self, pin: Pin, send: Send) -> None:
         document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
         size = len(document.text.encode("utf-8"))
-        await self._add(pin, size, document.title, send, lambda: ingest_pin(self._engine, pin))
+        await self._add(pin, size, document.title, send, lambda engine: ingest_pin(engine, pin))
 
     async def _add(
-        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[], IngestResult]
+        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[Engine], IngestResult]
     ) -> None:
         """Stores a file or a pin of ``size`` bytes (``name`` is how refusals call it) by calling
         ``ingest`` in a worker thread, once the limits allow it; otherwise says which limit refused."""
@@ -275,7 +276,7 @@ class ChatHandler:
             return
         stored = False
         try:
-            result = await asyncio.to_thread(ingest)
+            result = await self._engine.run(ingest)
             stored = not result.duplicate
         finally:
             if not stored:  # only what is stored spends the channel's budget (not a duplicate, not a rejected file)
@@ -289,7 +290,7 @@ class ChatHandler:
         caps = self._config.bot.limits_for(str(key))
         max_stored = megabytes_to_bytes(caps.max_stored_mb_per_channel)
         if caps.max_sources_per_channel or max_stored:
-            sources = await asyncio.to_thread(self._engine.sources, key)
+            sources = await self._engine.sources(key)
             if caps.max_sources_per_channel and len(sources) >= caps.max_sources_per_channel:
                 return Reply(ReplyKind.ERROR, replies.source_cap_text(name, caps.max_sources_per_channel))
             held = sum(source.chars for source in sources)
@@ -314,7 +315,7 @@ class ChatHandler:
     async def _unpin(self, unpin: Unpin, send: Send) -> None:
         key = unpin.channel
         removes = self._config.bot.unpin_removes_source
-        sources = await asyncio.to_thread(pinned_sources, self._engine, key, unpin.external_id)
+        sources = await self._engine.run(lambda engine: pinned_sources(engine, key, unpin.external_id))
         if not removes or not sources:
             await send(Reply(ReplyKind.INFO, replies.unpinned_text(sources, removes)))
             return
@@ -323,7 +324,7 @@ class ChatHandler:
         ]
         kept = [s for s in sources if s not in allowed]
         for source in allowed:
-            await asyncio.to_thread(self._engine.forget, key, source.id)
+            await self._engine.forget(key, source.id)
         if allowed:
             self._scheduler.watch(key)
         if kept:

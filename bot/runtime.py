@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from bot.chat import ChannelKey, SourceView
 from bot.config import Config
+from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
 from bot.process_exit import end_process
 from bot.scheduler import RebuildScheduler
@@ -53,6 +54,7 @@ class Bot:
     def __init__(self, config: Config, engine: Engine) -> None:
         self.config = config
         self.engine = engine
+        self._calls = AsyncEngine(engine)
         self.scheduler = RebuildScheduler(engine, config.bot)
         self.handler = ChatHandler(engine, config, self.scheduler)
         self._warm_up: threading.Thread | None = None
@@ -73,7 +75,7 @@ class Bot:
 
     async def sources(self, key: ChannelKey) -> list[SourceView]:
         """The channel's sources, read in a worker thread."""
-        sources = await asyncio.to_thread(self.engine.sources, key)
+        sources = await self._calls.sources(key)
         return [SourceView(s.id, s.title, s.external_id) for s in sources]
 
     @property

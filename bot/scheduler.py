@@ -33,6 +33,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.chat import Reply, ReplyKind, Send
 from bot.config import BotConfig, ScheduleConfig
+from bot.engine_calls import AsyncEngine
 from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
 from bot.replies import progress_text, rebuild_failed_text, report_sentence
@@ -106,7 +107,7 @@ class RebuildScheduler:
     """
 
     def __init__(self, engine: Engine, config: BotConfig) -> None:
-        self._engine = engine
+        self._engine = AsyncEngine(engine)
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}
         self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
@@ -123,7 +124,7 @@ class RebuildScheduler:
         store cannot list its channels."""
         if self._scheduler is not None:
             raise RuntimeError("the rebuild scheduler is already started")
-        keys = await asyncio.to_thread(self._engine.channels)
+        keys = await self._engine.channels()
         self._scheduler = AsyncIOScheduler()
         self._scheduler.start()  # on the running loop: AsyncIOScheduler picks it up here
         self._watched.update(keys)
@@ -174,7 +175,7 @@ class RebuildScheduler:
         state = self._state(key)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         async with state.note_lock:
-            await asyncio.to_thread(self._engine.set_note, key, NOTE, f"{requested_by or '?'} at {stamp}")
+            await self._engine.set_note(key, NOTE, f"{requested_by or '?'} at {stamp}")
         # Decided after the await and without awaiting again, so two requests can never both start.
         requester = _Requester(requested_by, send)
         if state.task is None:
@@ -198,7 +199,7 @@ class RebuildScheduler:
             log.debug("channel %s: scheduled check skipped: a rebuild runs", key)
             return False
         try:
-            stats = await asyncio.to_thread(self._engine.stats, key)
+            stats = await self._engine.stats(key)
         except RaptorError as exc:
             log.warning("channel %s: scheduled check failed: %s", key, exc)
             return False
@@ -287,7 +288,7 @@ class RebuildScheduler:
         if state.task is not None:
             return  # a request made before start() already covers it
         try:
-            notes = await asyncio.to_thread(self._engine.notes, key)
+            notes = await self._engine.notes(key)
         except RaptorError as exc:
             log.warning("channel %s: cannot read its notes to resume a rebuild: %s", key, exc)
             return
@@ -322,7 +323,7 @@ class RebuildScheduler:
             if state.queued is not None:
                 return
             try:
-                await asyncio.to_thread(self._engine.set_note, key, NOTE, None)
+                await self._engine.set_note(key, NOTE, None)
             except Exception:
                 # The note stays: the next start rebuilds once more, which is harmless.
                 log.warning("channel %s: cannot clear the rebuild note", key, exc_info=True)

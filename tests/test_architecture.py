@@ -201,3 +201,18 @@ def test_relative_and_late_imports_are_read(tmp_path: Path) -> None:
                     "def later():\n    import raptor_engine.store\n", encoding="utf-8")
     names = set(imported_names(path, "adapters.slack.app"))
     assert {"adapters.slack.blocks.render", "adapters.chat", "raptor_engine.store"} <= names
+
+
+def test_only_engine_calls_hands_engine_work_to_a_thread() -> None:
+    """The thread boundary sits in one place (``bot/engine_calls.py``): no other module of ``bot``
+    passes engine work (anything naming the engine) to ``asyncio.to_thread``. The composition root
+    builds the engine in a thread (loading the model), which is not a call on it."""
+    found = []
+    for name, path in modules().items():
+        if top(name) != "bot" or name in ("bot.engine_calls", *COMPOSITION_ROOTS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_thread"
+                    and node.args and "engine" in ast.unparse(node.args[0])):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
