@@ -23,9 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bot.data_lock import LockHeld, take_lock_file
-from raptor_engine.errors import BuildBusy
-from raptor_engine.store import channel_digest
-from raptor_engine.types import ChannelKey
+from raptor_engine import BuildBusy, ChannelKey, channel_digest
 
 
 class MachineBuildLocks:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from raptor_engine.types import ChannelKey as ChannelKey  # part of this module's surface
+from raptor_engine import ChannelKey as ChannelKey  # part of this module's surface
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,13 +27,11 @@ from typing import TYPE_CHECKING, TextIO
 # imports (scikit-learn, Chroma, the model: seconds), so that the two overlap.
 from bot.config import Config, load_config
 from bot.errors import BotError, explain
-from raptor_engine.errors import RaptorError
-from raptor_engine.types import BuildReport, ChannelKey, Hit, RetrievalMode
+from raptor_engine import BuildReport, ChannelKey, Hit, RaptorError, RetrievalMode
 
 if TYPE_CHECKING:
     from bot.data_lock import DataLock
-    from raptor_engine.engine import Engine
-    from raptor_engine.retrieval import RetrievalSettings
+    from raptor_engine import Engine, RetrievalSettings
 
 log = logging.getLogger(__name__)
 
@@ -181,12 +179,11 @@ def _start_clustering(config: Config) -> DataLock | None:
     written below it); returns that lock, or raises ``DataDirInUse`` as opening the store would."""
     from bot.data_lock import lock_data_dir
     from bot.paths import machine_home
-    from raptor_engine import cluster_worker
-    from raptor_engine.numba_cache import use_cache_dir
+    from raptor_engine import prestart_clustering, use_numba_cache_dir
 
     lock = None if config.chroma.host else lock_data_dir(config.data_dir)
-    use_cache_dir(machine_home(config))
-    cluster_worker.prestart()
+    use_numba_cache_dir(machine_home(config))
+    prestart_clustering()
     return lock
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from bot.chat import Person
 from bot.config import BotConfig
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey
 
 log = logging.getLogger(__name__)
 

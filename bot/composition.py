@@ -26,23 +26,31 @@ from bot.config import MB, Config
 from bot.data_lock import DataLock, lock_data_dir
 from bot.memory import limit_heap_growth
 from bot.paths import machine_home, user_cache
-from raptor_engine.answering import ExtractiveAnswerer, ExtractiveSettings
-from raptor_engine.clustering import ClusteringSettings
-from raptor_engine.embedding import SentenceTransformerEmbedder
-from raptor_engine.engine import Engine, EngineSettings
-from raptor_engine.metering import SpendingLimits
-from raptor_engine.numba_cache import use_cache_dir
-from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
-from raptor_engine.retrieval import RetrievalSettings
-from raptor_engine.store import ChromaStore
-from raptor_engine.summarizing import ExtractiveSummarizer
-from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
-from raptor_engine.types import RetrievalMode
+from raptor_engine import (
+    Answerer,
+    ChromaStore,
+    ClusteringSettings,
+    Embedder,
+    Engine,
+    EngineSettings,
+    ExtractiveAnswerer,
+    ExtractiveSettings,
+    ExtractiveSummarizer,
+    HuggingFaceTokenCounter,
+    RetrievalMode,
+    RetrievalSettings,
+    SentenceTransformerEmbedder,
+    SpendingLimits,
+    Summarizer,
+    TokenCounter,
+    default_model_path,
+    use_numba_cache_dir as use_cache_dir,
+)
 
 if TYPE_CHECKING:
     from adapters.protocol import Adapter
     from bot.runtime import Bot
-    from raptor_engine.llm import LLMSettings
+    from raptor_engine import LLMSettings
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +152,7 @@ def public_url(url: str) -> str:
 
 def llm_settings(config: Config) -> LLMSettings:
     """The language-model endpoint's settings (``llm.base_url`` must be set)."""
-    from raptor_engine.llm import LLMSettings  # the OpenAI client: only where an endpoint is set
+    from raptor_engine import LLMSettings  # the OpenAI client: only where an endpoint is set
 
     llm = config.llm
     return LLMSettings(
@@ -174,9 +182,9 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
     # imports numba; the clustering worker process inherits the setting.
     use_cache_dir(machine_home(config))
     if clusters_soon:
-        from raptor_engine import cluster_worker  # imported only where a worker is wanted
+        from raptor_engine import prestart_clustering  # imported only where a worker is wanted
 
-        cluster_worker.prestart()
+        prestart_clustering()
     if config.llm.base_url:
         embedder, counter, summarizer, answerer = _with_language_model(config, settings, clusters_soon)
     else:
@@ -204,7 +212,7 @@ def _with_language_model(config: Config, settings: EngineSettings,
                          clusters_soon: bool) -> tuple[Embedder, TokenCounter, Summarizer, Answerer]:
     """The endpoint's summariser and answerer, and its embedder where ``embedder.provider`` is
     ``api``. The OpenAI client is imported only here: the offline defaults never load it."""
-    from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSummarizer, OpenAIEmbedder
+    from raptor_engine import LLMAnswerer, LLMClient, LLMSummarizer, OpenAIEmbedder
 
     llm = llm_settings(config)
     client = LLMClient(llm)

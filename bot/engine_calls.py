@@ -14,12 +14,10 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from raptor_engine.types import Answer, BuildReport, ChannelKey, NodeView, Source, TreeStats
+from raptor_engine import Answer, BuildReport, ChannelKey, NodeView, Source, TreeStats
 
 if TYPE_CHECKING:
-    from raptor_engine.engine import Engine
-    from raptor_engine.tree import ProgressCallback
-    from raptor_engine.types import AnswerRecord
+    from raptor_engine import AnswerRecord, Engine, ProgressCallback
 
 T = TypeVar("T")
 

@@ -42,7 +42,7 @@ _CEILING_KEYS = {"calls": "llm.max_calls_per_rebuild", "tokens": "llm.max_tokens
 def explain(error: Exception) -> str:
     """The message a person sees for an engine or bot error: its own text, plus the
     configuration key to change where the engine's message cannot know it."""
-    from raptor_engine.errors import SpendingLimitReached  # bot -> raptor_engine, never the reverse
+    from raptor_engine import SpendingLimitReached  # bot -> raptor_engine, never the reverse
 
     text = str(error)
     if isinstance(error, SpendingLimitReached) and error.kind in _CEILING_KEYS:

@@ -51,12 +51,11 @@ from bot.replies import outline_text as render_outline_text
 from bot.scheduler import RequestResult
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
-from raptor_engine.errors import RaptorError
-from raptor_engine.types import Answer, ChannelKey
+from raptor_engine import Answer, ChannelKey, RaptorError
 
 if TYPE_CHECKING:
     from bot.scheduler import RebuildScheduler
-    from raptor_engine.engine import Engine, IngestResult
+    from raptor_engine import Engine, IngestResult
 
 log = logging.getLogger(__name__)
 

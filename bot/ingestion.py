@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from bot.chat import Person, Pin, Upload
 from bot.errors import BotError
-from raptor_engine.types import ChannelKey, Document, Source, SourceKind
+from raptor_engine import ChannelKey, Document, Source, SourceKind
 
 if TYPE_CHECKING:
-    from raptor_engine.engine import Engine, IngestResult
+    from raptor_engine import Engine, IngestResult
 
 log = logging.getLogger(__name__)
 

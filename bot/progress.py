@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from raptor_engine.tree import BuildProgress
+from raptor_engine import BuildProgress
 
 
 class TerminalProgress:

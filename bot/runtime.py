@@ -38,7 +38,7 @@ from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
 from bot.process_exit import end_process
 from bot.scheduler import RebuildScheduler
-from raptor_engine.engine import Engine
+from raptor_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def _warm_up_clustering() -> None:
     """Starts the clustering worker process and compiles UMAP in it; a failure only costs
     the first rebuild time."""
     try:
-        from raptor_engine.cluster_worker import warm_up
+        from raptor_engine import warm_up_clustering as warm_up
 
         if warm_up():
             log.info("UMAP is compiled and ready")

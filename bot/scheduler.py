@@ -38,10 +38,7 @@ from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
 from bot.replies import progress_text, rebuild_failed_text, report_sentence
 from bot.schedule_status import ScheduleStatus
-from raptor_engine.engine import Engine
-from raptor_engine.errors import RaptorError
-from raptor_engine.tree import BuildProgress
-from raptor_engine.types import ChannelKey, TreeStats
+from raptor_engine import BuildProgress, ChannelKey, Engine, RaptorError, TreeStats
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.texts.words import short_id
-from raptor_engine.answering import quote
-from raptor_engine.errors import NodeNotFound
-from raptor_engine.types import ChannelKey, Node, Source
+from raptor_engine import ChannelKey, Node, NodeNotFound, Source, quote
 
 if TYPE_CHECKING:
-    from raptor_engine.engine import Engine
+    from raptor_engine import Engine
 
 log = logging.getLogger(__name__)
 

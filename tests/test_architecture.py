@@ -6,6 +6,7 @@ dependency a reader has to follow).
   ``bench`` or ``tests``;
 * adapters translate between a platform and ``bot``'s public surface: they never import
   ``raptor_engine``, and one platform's adapter never imports another's;
+* ``bot`` imports the engine only through its public API (``from raptor_engine import ...``);
 * ``bot`` imports adapters only in its composition root, which no adapter imports (the
   root hands each adapter a started bot);
 * ``testkit`` (the loopback stand-ins of Slack, Discord and an OpenAI-compatible server)
@@ -28,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("raptor_engine", "bot", "adapters", "bench", "testkit")
 # The one module of ``bot`` that knows the adapters: it builds everything and runs the adapters.
 COMPOSITION_ROOTS = frozenset({"bot.composition"})
+# What code outside the engine imports of it: the package's exported names (raptor_engine/__init__.py)
+# and its table of defaults and bounds.
+ENGINE_API = frozenset({"raptor_engine", "raptor_engine.defaults"})
 
 
 def module_name(path: Path) -> str:
@@ -120,6 +124,8 @@ def _rule_broken(source: str, target: str) -> str | None:
             return "one platform's adapter imports another's"
     if top(source) == "bot" and top(target) == "adapters" and source not in COMPOSITION_ROOTS:
         return "bot imports an adapter outside the composition root"
+    if top(source) == "bot" and top(target) == "raptor_engine" and target not in ENGINE_API:
+        return "bot imports the engine by a module path (use raptor_engine's public API)"
     if top(source) == "adapters" and target in COMPOSITION_ROOTS:
         return "an adapter imports the composition root (it receives a started bot instead)"
     return None
@@ -178,6 +184,7 @@ def test_no_modules_import_each_other() -> None:
     ("bot.handler", "adapters.console.app"),
     ("bot.cli", "adapters.registry"),
     ("adapters.console.app", "bot.composition"),
+    ("bot.handler", "raptor_engine.engine"),
 ])
 def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
     assert back_edges({source: {target}}) != []
@@ -186,7 +193,7 @@ def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
 def test_allowed_edges_pass() -> None:
     graph = {"adapters.slack.app": {"bot.chat", "adapters.slack.blocks", "adapters"},
              "bot.composition": {"adapters.registry"}, "adapters.registry": {"adapters.slack.app"},
-             "bot.chat": {"raptor_engine.types"},
+             "bot.chat": {"raptor_engine"}, "bot.config": {"raptor_engine.defaults"},
              "bench.slack_chat": {"testkit.slack_api", "adapters.slack.app"}}
     assert back_edges(graph) == []
 

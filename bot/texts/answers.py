@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from bot.texts.words import node_kind
-from raptor_engine.types import Answer, Citation, Hit
+from raptor_engine import Answer, Citation, Hit
 
 NO_MATERIAL = "This channel has no material yet: upload a file or pin a message, then ask again."
 EMPTY_QUESTION = "Ask me a question about this channel's material, or type help for the commands."

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bot.texts.tree import layers_text
 from bot.texts.words import capitalised, count, when
 from bot.tree_outline import SUMMARY_CHARS, Branch, TreeOutline
-from raptor_engine.answering import quote
+from raptor_engine import quote
 
 TITLE_CHARS = 200  # the channel title in outline_text
 SOURCE_TITLE_CHARS = 80  # each source title in outline_text

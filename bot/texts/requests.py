@@ -8,7 +8,7 @@ from bot.commands import COMMANDS
 from bot.errors import explain
 from bot.texts.sources import rejected_text
 from bot.texts.words import capitalised, count, in_time, megabytes
-from raptor_engine.errors import DocumentRejected
+from raptor_engine import DocumentRejected
 
 
 def help_text(unknown: str = "") -> str:

@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING
 from bot.chat import SourceView
 from bot.ingestion import adder_id, adder_name
 from bot.texts.words import count, megabytes, short_id, when
-from raptor_engine.errors import DocumentRejected
-from raptor_engine.loaders import SUPPORTED_SUFFIXES
-from raptor_engine.types import Source
+from raptor_engine import SUPPORTED_SUFFIXES, DocumentRejected, Source
 
 if TYPE_CHECKING:
-    from raptor_engine.engine import IngestResult
+    from raptor_engine import IngestResult
 
 FILE_TYPES = ", ".join(SUPPORTED_SUFFIXES)
 """The file types the bot reads, for help texts: ``.txt, .md, .pdf, .html, .htm, .docx``."""

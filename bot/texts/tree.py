@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from bot.schedule_status import ScheduleStatus
 from bot.texts.words import count, node_kind, seconds, when
-from raptor_engine.answering import quote
-from raptor_engine.tree import BuildProgress
-from raptor_engine.types import BuildReport, Node, NodeView, TreeStats
+from raptor_engine import BuildProgress, BuildReport, Node, NodeView, TreeStats, quote
 
 REBUILD_STARTED = (
     "Rebuild started. Questions are still answered from the current tree meanwhile; I'll say when it is done."
