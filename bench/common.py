@@ -240,8 +240,10 @@ def load_embedder() -> SentenceTransformerEmbedder:
 
 
 def offline_engine(data_dir: Path, embedder: Embedder, counter: TokenCounter) -> Engine:
-    """The engine as ``Engine.offline`` composes it, over embedded Chroma in ``data_dir``,
-    sharing an already loaded embedder (so the model is loaded once per benchmark)."""
+    """The engine on the offline defaults (extractive summaries and answers, as
+    ``bot.composition.build_engine`` composes it without a language model), over embedded
+    Chroma in ``data_dir``, sharing an already loaded embedder (so the model is loaded once
+    per benchmark)."""
     settings = EngineSettings()
     store = ChromaStore.embedded(data_dir / "chroma")
     summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)

@@ -185,7 +185,7 @@ def test_a_store_written_the_old_way_reads_and_is_repaired_by_a_new_upload(
     garden_id = hashlib.sha256(GARDEN.encode()).hexdigest()
     _write_the_old_way(store, channel, secret_id, SECRET)  # the old ingest died before its leaves
     _write_the_old_way(store, channel, garden_id, GARDEN)
-    garden_chunks, garden_vectors = engine._chunk_and_embed(garden_id, GARDEN)
+    garden_chunks, garden_vectors = engine._ingests.chunk_and_embed(garden_id, GARDEN)
     store.channel(channel).put_leaves(engine._leaf_profile, garden_chunks, garden_vectors)  # this one finished
 
     assert {s.id for s in engine.sources(channel)} == {secret_id, garden_id}  # old sources stay listed
