@@ -52,61 +52,25 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.decomposition import PCA
-from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
 from raptor_engine import defaults
-from raptor_engine.numba_cache import cache_umap_kernels
-
-# We hand UMAP exact neighbours (see _cosine_knn), so it warns on every fit that
-# transforming new data will be unavailable; we never transform. Narrowly ignored.
-warnings.filterwarnings("ignore", message=r"precomputed_knn", category=UserWarning, module=r"umap")
+from raptor_engine.mixtures import Rows, bic_search, distinct_count, soft_assign
+from raptor_engine.reduction import pca, umap_reduce
 
 logger = logging.getLogger(__name__)
 
-Rows: TypeAlias = NDArray[np.intp]
-"""Sorted, unique row indices into the caller's embedding matrix."""
 
-# Relative covariance regularisation: added to the diagonal of every mixture
-# covariance, scaled by the data's mean per-dimension variance so that it
-# means the same on UMAP output (coordinates of order 1-10) and on PCA output
-# of unit vectors (order 0.1).
-_REG_COVAR_RELATIVE = 1e-4
-# Floor of the regularisation, sklearn's default, for data without spread.
-_REG_COVAR_FLOOR = 1e-6
 # PCA dimensions of the small-input path (see the module docstring). Full
 # covariances in more dimensions than this need more points than a small input
 # has, and BIC then prefers a single component.
 _SMALL_INPUT_DIM = 5
-# The coarse BIC grid grows geometrically by this factor.
-_GRID_RATIO = 1.25
-# Stop walking the coarse grid after this many consecutive candidates whose
-# BIC is not better than the best so far...
-_GRID_PATIENCE = 2
-# ...but never below this many components: on small sets (a local pass over
-# ~50 rows) BIC is bumpy for small counts (it rises from 1 to 4 components,
-# then falls to its minimum near 8) while fits there are cheap. The sizes
-# worth skipping are the large, expensive ones.
-_EARLY_STOP_MIN_K = 15
-# Rows of the similarity matrix computed per block by the exact kNN search;
-# bounds its memory to _KNN_BLOCK x n float32 values.
-_KNN_BLOCK = 1024
-# Upper bound of the seeded jitter added to neighbour distances (cosine
-# distances are 0..2; nearest neighbours of distinct texts are ~0.1 apart).
-# Why: duplicate rows make the neighbour graph symmetric, UMAP's spectral
-# initialisation (scipy ARPACK) then hits an invariant subspace and restarts
-# from an *unseeded* random vector, and the layout differs from run to run.
-# The jitter breaks the symmetry reproducibly.
-_KNN_JITTER = 1e-5
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +191,7 @@ def warm_up() -> None:
     rng = np.random.default_rng(0)
     data = rng.normal(size=(24, 8)).astype(np.float32)
     data /= np.linalg.norm(data, axis=1, keepdims=True)
-    _umap_reduce(data, n_neighbors=4, n_components=2, seed=0, epochs=5)
+    umap_reduce(data, n_neighbors=4, n_components=2, seed=0, epochs=5)
 
 
 # --------------------------------------------------------------------------
@@ -486,7 +450,7 @@ def _small_clusters(
     whole = [np.arange(m, dtype=np.intp)]
     if m < 2 or int(tokens.sum()) <= settings.max_cluster_tokens or not _has_spread(points):
         return whole
-    reduced = _pca(points, min(m - 1, settings.reduction_dim))
+    reduced = pca(points, min(m - 1, settings.reduction_dim))
     clusters = _mixture_clusters(reduced, settings)
     return whole if clusters is None else clusters
 
@@ -502,7 +466,7 @@ def _exact_reduce(points: NDArray[np.float32], n_components: int) -> NDArray[np.
     if not _has_spread(points):
         # PCA of identical points divides by a zero variance; they are one point.
         return np.zeros((len(points), 1), dtype=np.float64)
-    return _pca(points, min(n_components, _SMALL_INPUT_DIM))
+    return pca(points, min(n_components, _SMALL_INPUT_DIM))
 
 
 def _reduce(
@@ -522,7 +486,7 @@ def _reduce(
     if exact:
         return _exact_reduce(points, n_components)
     try:
-        reduced = _umap_reduce(
+        reduced = umap_reduce(
             points, n_neighbors, n_components, settings.seed, settings.umap_epochs
         )
     # UMAP's numerical failures come as many types (ValueError, TypeError from
@@ -531,112 +495,15 @@ def _reduce(
         logger.warning(
             "UMAP failed on %d rows; reducing with PCA instead", len(points), exc_info=True
         )
-        return _pca(points, n_components)
+        return pca(points, n_components)
     if not np.isfinite(reduced).all():
         logger.warning("UMAP gave non-finite coordinates on %d rows; using PCA", len(points))
-        return _pca(points, n_components)
+        return pca(points, n_components)
     return reduced.astype(np.float64)
 
 
-def _umap_reduce(
-    points: NDArray[np.float32],
-    n_neighbors: int,
-    n_components: int,
-    seed: int,
-    epochs: int | None,
-) -> NDArray[np.float32]:
-    """Fit UMAP (cosine neighbourhoods) on ``points``; return the embedding."""
-    umap = _import_umap()
-
-    knn_indices, knn_dists = _jitter_knn(*_cosine_knn(points, n_neighbors), seed)
-    model = umap.UMAP(
-        n_neighbors=n_neighbors,
-        n_components=n_components,
-        metric="cosine",
-        random_state=seed,
-        # n_jobs=1 states what random_state implies anyway and silences the
-        # warning UMAP gives when it overrides n_jobs.
-        n_jobs=1,
-        n_epochs=epochs,
-        precomputed_knn=(knn_indices, knn_dists),
-    )
-    return np.asarray(model.fit_transform(points), dtype=np.float32)
-
-
-def _import_umap() -> ModuleType:
-    """Import umap, with numba's on-disk cache switched on for its kernels.
-
-    Imported here, not at module level: importing umap costs ~1.5 s (numba,
-    pynndescent) and only UMAP fits need it; small inputs never do.
-    """
-    import umap
-
-    cache_umap_kernels()  # idempotent; cheap after the first call
-    return umap
-
-
-def _cosine_knn(
-    points: NDArray[np.float32], k: int
-) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
-    """Exact ``k`` nearest neighbours of every row under cosine distance.
-
-    Returns ``(indices, distances)``, both ``n x k``, each row sorted by
-    distance with the row itself first at distance 0 (UMAP's convention;
-    forcing it keeps duplicates from pushing a row out of its own list).
-    Deterministic; within the list, equal distances are ordered by index.
-    """
-    norms = np.linalg.norm(points, axis=1, keepdims=True)
-    # Zero rows stay zero: cosine distance 1 to everything, as in UMAP.
-    unit = points / np.where(norms > 0, norms, 1.0)
-    n = len(unit)
-    indices = np.empty((n, k), dtype=np.int32)
-    dists = np.empty((n, k), dtype=np.float32)
-    for start in range(0, n, _KNN_BLOCK):
-        stop = min(n, start + _KNN_BLOCK)
-        block = np.clip(1.0 - unit[start:stop] @ unit.T, 0.0, 2.0)
-        # -1 sorts the row itself first, ahead of exact duplicates at 0.
-        block[np.arange(stop - start), np.arange(start, stop)] = -1.0
-        # Select the k smallest, then order them by (distance, index).
-        chosen = np.argpartition(block, k - 1, axis=1)[:, :k]
-        chosen_dists = np.take_along_axis(block, chosen, axis=1)
-        order = np.lexsort((chosen, chosen_dists), axis=1)
-        indices[start:stop] = np.take_along_axis(chosen, order, axis=1)
-        dists[start:stop] = np.take_along_axis(chosen_dists, order, axis=1)
-    dists[:, 0] = 0.0
-    return indices, dists
-
-
-def _jitter_knn(
-    indices: NDArray[np.int32], dists: NDArray[np.float32], seed: int
-) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
-    """Add seeded noise in ``[0, _KNN_JITTER)`` to the neighbour distances.
-
-    Keeps UMAP's conventions: each row itself stays first at distance 0 and
-    each row stays sorted by distance. Same input and seed, same output.
-    """
-    noise = np.random.default_rng(seed).uniform(0.0, _KNN_JITTER, size=dists.shape)
-    noise[:, 0] = 0.0
-    jittered = (dists + noise).astype(np.float32)
-    # Stable: the row itself (column 0, distance 0) stays ahead of any tie.
-    order = np.argsort(jittered, axis=1, kind="stable")
-    return np.take_along_axis(indices, order, axis=1), np.take_along_axis(jittered, order, axis=1)
-
-
-def _pca(points: np.ndarray, n_components: int) -> NDArray[np.float64]:
-    """Project ``points`` on their first ``n_components`` principal axes.
-
-    ``n_components`` is clamped to ``min(points.shape)`` (PCA cannot give
-    more axes than points or input dimensions). Deterministic (full SVD,
-    sign-normalised by sklearn).
-    """
-    n_components = max(1, min(n_components, *points.shape))
-    return PCA(n_components=n_components, svd_solver="full").fit_transform(
-        np.asarray(points, dtype=np.float64)
-    )
-
-
 # --------------------------------------------------------------------------
-# Gaussian mixtures and the BIC search
+# Gaussian mixtures (the search itself is in raptor_engine.mixtures)
 # --------------------------------------------------------------------------
 
 
@@ -651,157 +518,12 @@ def _mixture_clusters(
     ``None`` when every candidate fit failed.
     """
     m = len(reduced)
-    k_max = min(settings.max_clusters, m - 1, _distinct_count(reduced))
+    k_max = min(settings.max_clusters, m - 1, distinct_count(reduced))
     if k_max <= 1:
         return [np.arange(m, dtype=np.intp)]
-    model = _bic_search(reduced, k_max, settings.seed)
+    model = bic_search(reduced, k_max, settings.seed)
     if model is None:
         return None
-    return _soft_assign(model.predict_proba(reduced), settings.membership_threshold)
+    return soft_assign(model.predict_proba(reduced), settings.membership_threshold)
 
 
-def _distinct_count(points: np.ndarray) -> int:
-    """Number of distinct rows of ``points``."""
-    return int(np.unique(points, axis=0).shape[0])
-
-
-def _soft_assign(probabilities: NDArray[np.float64], threshold: float) -> list[Rows]:
-    """Turn an ``m x k`` membership matrix into soft clusters.
-
-    A point joins every component with probability ``> threshold``, and its
-    most likely component in any case (so no point is left out). Empty
-    components are dropped; the rest keep component order.
-    """
-    member = probabilities > threshold
-    member[np.arange(len(probabilities)), probabilities.argmax(axis=1)] = True
-    return [np.flatnonzero(column).astype(np.intp) for column in member.T if column.any()]
-
-
-def _bic_search(points: NDArray[np.float64], k_max: int, seed: int) -> GaussianMixture | None:
-    """Return the fitted mixture of ``1..k_max`` components with the lowest BIC.
-
-    Coarse to fine, to avoid fitting all ``k_max`` sizes (the cost of a fit
-    grows with its size; a full search over 50 sizes on 4,000 points takes
-    ~25 s):
-
-    1. walk a geometric grid (for 50: 1-7, 9, 12, 15, 18, 23, 28, 36, 44, 50)
-       upwards, stopping after ``_GRID_PATIENCE`` consecutive sizes that do
-       not beat the best BIC so far, once past ``_EARLY_STOP_MIN_K``;
-    2. refine around the best size: repeatedly evaluate the midpoints between
-       it and its nearest evaluated neighbours on each side, until they are
-       adjacent integers. On a BIC curve that is unimodal around its minimum
-       this finds the same size as the full search, in ~2 log2(gap) fits.
-
-    Ties in BIC go to the smaller size. Returns ``None`` when no fit
-    succeeded.
-    """
-    reg_covar = _reg_covar(points)
-    scores: dict[int, float] = {}
-    models: dict[int, GaussianMixture] = {}
-
-    def evaluate(k: int) -> float:
-        if k not in scores:
-            model = _fit_mixture(points, k, reg_covar, seed)
-            scores[k] = math.inf if model is None else float(model.bic(points))
-            if model is not None:
-                models[k] = model
-        return scores[k]
-
-    def best() -> int:
-        return min(scores, key=lambda k: (scores[k], k))
-
-    _walk_grid(_coarse_grid(k_max), evaluate)
-    _refine(best, evaluate, scores)
-    if not models:
-        return None
-    return models[best()]
-
-
-def _walk_grid(grid: Sequence[int], evaluate: Callable[[int], float]) -> None:
-    """Evaluate ``grid`` upwards until BIC stops improving for a while."""
-    best_score = math.inf
-    stale = 0
-    for k in grid:
-        score = evaluate(k)
-        if score < best_score:
-            best_score, stale = score, 0
-        else:
-            stale += 1
-            # Failed fits (inf) count as stale too: past a size that cannot
-            # be fitted, larger ones rarely can.
-            if stale >= _GRID_PATIENCE and k >= _EARLY_STOP_MIN_K and best_score < math.inf:
-                return
-
-
-def _refine(
-    best: Callable[[], int], evaluate: Callable[[int], float], scores: dict[int, float]
-) -> None:
-    """Bisect towards the best size between its evaluated neighbours.
-
-    Terminates: each round evaluates at least one new size strictly inside a
-    finite gap, or stops.
-    """
-    while True:
-        k = best()
-        lower = max((j for j in scores if j < k), default=k)
-        upper = min((j for j in scores if j > k), default=k)
-        candidates = {(lower + k) // 2, (k + upper + 1) // 2} - set(scores) - {k}
-        if not candidates:
-            return
-        for candidate in sorted(candidates):
-            evaluate(candidate)
-
-
-def _coarse_grid(k_max: int) -> list[int]:
-    """Sizes 1..k_max spaced geometrically (ratio ``_GRID_RATIO``), both ends in."""
-    grid = {1, k_max}
-    value = 1.0
-    while value < k_max:
-        grid.add(int(round(value)))
-        value *= _GRID_RATIO
-    return sorted(g for g in grid if g <= k_max)
-
-
-def _reg_covar(points: NDArray[np.float64]) -> float:
-    """Covariance regularisation relative to the data's scale (see constants)."""
-    scale = float(points.var(axis=0).mean()) if len(points) > 1 else 0.0
-    return max(_REG_COVAR_FLOOR, _REG_COVAR_RELATIVE * scale)
-
-
-def _fit_mixture(
-    points: NDArray[np.float64], k: int, reg_covar: float, seed: int
-) -> GaussianMixture | None:
-    """Fit a ``k``-component mixture; ``None`` when no covariance type works.
-
-    Tries a full covariance (the reference's), then a diagonal one, which
-    needs far less data per component. sklearn raises ``ValueError`` for an
-    ill-defined empirical covariance and numpy ``LinAlgError`` for a failed
-    Cholesky; both mean "this size cannot be fitted here".
-    """
-    for covariance_type in ("full", "diag"):
-        model = GaussianMixture(
-            n_components=k,
-            covariance_type=covariance_type,
-            reg_covar=reg_covar,
-            n_init=1,
-            max_iter=100,
-            tol=1e-3,
-            # k-means++ seeding instead of a full k-means run: the same EM follows,
-            # at about half the cost of each of the search's many small fits.
-            init_params="k-means++",
-            random_state=seed,
-        )
-        try:
-            model.fit(points)
-        except (ValueError, np.linalg.LinAlgError) as error:
-            logger.info(
-                "%s-covariance mixture of %d components failed on %d points: %s",
-                covariance_type,
-                k,
-                len(points),
-                error,
-            )
-            continue
-        return model
-    logger.warning("no mixture of %d components could be fitted on %d points", k, len(points))
-    return None

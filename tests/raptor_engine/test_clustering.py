@@ -19,7 +19,7 @@ from sklearn.mixture import GaussianMixture
 # 10-15; only effective when numba has not been imported yet.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).parents[2] / ".cache" / "numba"))
 
-from raptor_engine import clustering  # noqa: E402  (after NUMBA_CACHE_DIR)
+from raptor_engine import clustering, mixtures, reduction  # noqa: E402  (after NUMBA_CACHE_DIR)
 from raptor_engine.clustering import ClusteringSettings, cluster_rows, warm_up  # noqa: E402
 
 # UMAP warns on every fit that a precomputed kNN (which we pass on purpose)
@@ -155,13 +155,13 @@ def test_around_the_umap_threshold(n: int, token_each: int) -> None:
 
 def test_small_inputs_skip_umap(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    original = clustering._umap_reduce
+    original = clustering.umap_reduce
 
     def spy(points: np.ndarray, *args: object) -> np.ndarray:
         calls.append(len(points))
         return original(points, *args)
 
-    monkeypatch.setattr(clustering, "_umap_reduce", spy)
+    monkeypatch.setattr(clustering, "umap_reduce", spy)
     points, _ = _blobs(11, 3, seed=5)
     _check(cluster_rows(points, np.full(11, 1000)), 11, np.full(11, 1000))
     assert calls == []
@@ -303,7 +303,7 @@ def test_full_covariance_failure_falls_back_to_diagonal(
     # Without regularisation sklearn rejects the singular full covariance
     # ("ill-defined empirical covariance"); the diagonal one is well defined.
     with caplog.at_level(logging.INFO, logger="raptor_engine.clustering"):
-        model = clustering._fit_mixture(
+        model = mixtures._fit_mixture(
             _repeated_column_points(40, 17), 1, reg_covar=0.0, seed=224
         )
     assert model is not None and model.covariance_type == "diag"
@@ -316,7 +316,7 @@ def test_identical_points_cannot_be_fitted_without_regularisation(
     # Ill-conditioned for every covariance type: both failures are caught
     # and the fit reports None instead of raising.
     with caplog.at_level(logging.INFO, logger="raptor_engine.clustering"):
-        assert clustering._fit_mixture(np.zeros((20, 3)), 2, reg_covar=0.0, seed=224) is None
+        assert mixtures._fit_mixture(np.zeros((20, 3)), 2, reg_covar=0.0, seed=224) is None
     assert "full-covariance mixture of 2 components failed" in caplog.text
     assert "diag-covariance mixture of 2 components failed" in caplog.text
 
@@ -376,23 +376,23 @@ def test_soft_assign_keeps_every_point_and_drops_empty_components() -> None:
             [0.08, 0.07, 0.85],  # only 2
         ]
     )
-    clusters = clustering._soft_assign(probabilities, 0.1)
+    clusters = mixtures.soft_assign(probabilities, 0.1)
     assert [c.tolist() for c in clusters] == [[0], [0, 1], [2]]
     # No probability above a high threshold: each point joins its argmax;
     # component 2 only gets point 2.
-    clusters = clustering._soft_assign(probabilities, 0.99)
+    clusters = mixtures.soft_assign(probabilities, 0.99)
     assert [c.tolist() for c in clusters] == [[0], [1], [2]]
     # A component nobody joins disappears.
-    clusters = clustering._soft_assign(np.array([[0.9, 0.1, 0.0], [0.95, 0.05, 0.0]]), 0.1)
+    clusters = mixtures.soft_assign(np.array([[0.9, 0.1, 0.0], [0.95, 0.05, 0.0]]), 0.1)
     assert [c.tolist() for c in clusters] == [[0, 1]]
 
 
 def test_coarse_grid_spans_the_range() -> None:
     for k_max in (2, 3, 11, 49, 50):
-        grid = clustering._coarse_grid(k_max)
+        grid = mixtures._coarse_grid(k_max)
         assert grid[0] == 1 and grid[-1] == k_max
         assert grid == sorted(set(grid))
-    assert len(clustering._coarse_grid(50)) < 20
+    assert len(mixtures._coarse_grid(50)) < 20
 
 
 def test_bic_search_matches_the_exhaustive_search_on_clear_data() -> None:
@@ -401,15 +401,15 @@ def test_bic_search_matches_the_exhaustive_search_on_clear_data() -> None:
     rng = np.random.default_rng(21)
     centres = rng.uniform(-20, 20, size=(6, 2))
     points = np.concatenate([c + rng.normal(size=(40, 2)) for c in centres])
-    reg = clustering._reg_covar(points)
+    reg = mixtures._reg_covar(points)
     exhaustive = min(
         range(1, 16),
-        key=lambda k: clustering._fit_mixture(points, k, reg, 224).bic(points),  # type: ignore[union-attr]
+        key=lambda k: mixtures._fit_mixture(points, k, reg, 224).bic(points),  # type: ignore[union-attr]
     )
-    model = clustering._bic_search(points, 15, 224)
+    model = mixtures.bic_search(points, 15, 224)
     assert model is not None and model.n_components == exhaustive == 6
     # The upper bound is a candidate (the reference excluded it).
-    model = clustering._bic_search(points, 6, 224)
+    model = mixtures.bic_search(points, 6, 224)
     assert model is not None and model.n_components == 6
 
 
@@ -429,7 +429,7 @@ def test_first_component_split_contract() -> None:
 
 def test_cosine_knn_puts_each_row_first_even_among_duplicates() -> None:
     points = _identical(6)
-    indices, dists = clustering._cosine_knn(points, 3)
+    indices, dists = reduction.cosine_knn(points, 3)
     assert indices[:, 0].tolist() == list(range(6))
     assert np.allclose(dists, 0.0, atol=1e-6)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from raptor_engine import clustering
+from raptor_engine import clustering, reduction
 from raptor_engine.clustering import ClusteringSettings, cluster_rows
 
 DIM = 384
@@ -51,9 +51,9 @@ def _spy_umap(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def spy(points: np.ndarray, n_neighbors: int, n_components: int, *args: object) -> np.ndarray:
         calls.append(len(points))
-        return clustering._pca(points, n_components).astype(np.float32)
+        return reduction.pca(points, n_components).astype(np.float32)
 
-    monkeypatch.setattr(clustering, "_umap_reduce", spy)
+    monkeypatch.setattr(clustering, "umap_reduce", spy)
     return calls
 
 
