@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from bot.runtime import Bot
+    from bot.runtime import Assistant
 
 
 class Adapter(Protocol):
@@ -34,7 +34,7 @@ class Adapter(Protocol):
         has lost its platform."""
         ...
 
-    async def serve(self, bot: Bot) -> None:
+    async def serve(self, bot: Assistant) -> None:
         """Feeds the platform's events to ``bot.handler`` and delivers the replies, until
         cancelled (the root then stops the bot before cancelling the adapter, so replies
         about interrupted work can still go out). Returns only when the platform's own

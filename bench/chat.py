@@ -1,6 +1,6 @@
 """Chat benchmark: question latency through the console adapter, idle and during a rebuild.
 
-One bot process (``bot.runtime.Bot`` on the offline defaults, embedded Chroma
+One bot process (``bot.runtime.Assistant`` on the offline defaults, embedded Chroma
 in a temporary directory) with two console channels:
 
 * ``answers`` holds the 15 dev articles, built once before measuring; the
@@ -46,7 +46,7 @@ from bench.common import (
 )
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from raptor_engine.types import ChannelKey
 
 TARGET_RATIO = 2.0
@@ -66,7 +66,7 @@ async def ask(channel: ConsoleChannel, question: str) -> float:
     return time.perf_counter() - started
 
 
-async def prepare(bot: Bot, articles: Sequence[Article]) -> tuple[ChannelKey, ChannelKey]:
+async def prepare(bot: Assistant, articles: Sequence[Article]) -> tuple[ChannelKey, ChannelKey]:
     """Both channels filled (ingestion is not measured); ``answers`` built."""
     workspace = bot.config.console.workspace
     answers = ChannelKey("console", workspace, "answers")
@@ -78,7 +78,7 @@ async def prepare(bot: Bot, articles: Sequence[Article]) -> tuple[ChannelKey, Ch
     return answers, rebuilding
 
 
-async def measure(bot: Bot, articles: Sequence[Article], questions: list[str]) -> dict[str, object]:
+async def measure(bot: Assistant, articles: Sequence[Article], questions: list[str]) -> dict[str, object]:
     answers_key, rebuilding_key = await prepare(bot, articles)
     written: list[str] = []
     answers = ConsoleChannel(bot, written.append, answers_key.channel)

@@ -1,6 +1,6 @@
 """Discord benchmark: how fast questions are acknowledged and answered through the real discord.py client.
 
-The bot runs as in production (``run_discord``, the Bot with its scheduler and
+The bot runs as in production (``run_discord``, the Assistant with its scheduler and
 handler, the engine on embedded Chroma with the packaged model) against the
 Discord stand-in (``testkit/discord_api.py``) on 127.0.0.1,
 with ``discord.reply_in_thread`` on. Three channels each hold one QuALITY
@@ -64,7 +64,7 @@ from bench.common import (
     write_json,
 )
 from bot.config import BotConfig, Config, DiscordConfig, RateLimitConfig, ScheduleConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
 from testkit.discord_api import (
@@ -102,7 +102,7 @@ class Stage:
     """The stand-in, the bot and its Discord client, and the channels of the run."""
 
     fake: FakeDiscord
-    bot: Bot
+    bot: Assistant
     client: RaptorClient
     guild: dict[str, Any]
     asker: dict[str, Any]
@@ -151,7 +151,7 @@ async def open_stage(engine: Engine, directory: Path, fake: FakeDiscord, guild: 
     # One person asks everything here: the per-person question limit is off (0).
     settings = BotConfig(rate_limits=RateLimitConfig(questions_per_user_per_minute=0),
                          schedule=ScheduleConfig(enabled=False))
-    bot = Bot(Config(data_dir=directory, discord=discord, bot=settings), engine)
+    bot = Assistant(Config(data_dir=directory, discord=discord, bot=settings), engine)
     await bot.start(warm_up=False)  # warmed up already
     clients: list[RaptorClient] = []
     task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))

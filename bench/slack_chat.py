@@ -55,7 +55,7 @@ from bench.common import (
     write_json,
 )
 from bot.config import BotConfig, Config, RateLimitConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
 from testkit.slack_api import BOT_USER, TEAM, ApiCall, SlackStandIn, app_running
@@ -121,7 +121,7 @@ def _first(calls: list[ApiCall], start: int, method: str, **where: Any) -> ApiCa
     return None
 
 
-async def ask(slack: SlackStandIn, bot: Bot, channel: str, text: str) -> Sample:
+async def ask(slack: SlackStandIn, bot: Assistant, channel: str, text: str) -> Sample:
     """Asks one question as a person would and times it (see the module docstring)."""
     during = bot.scheduler.status(key_of(REBUILD_CHANNEL)).running
     start = len(slack.calls)
@@ -142,7 +142,7 @@ async def ask(slack: SlackStandIn, bot: Bot, channel: str, text: str) -> Sample:
     )
 
 
-async def ask_many(slack: SlackStandIn, bot: Bot, asked: Sequence[tuple[str, str]], wave: int) -> list[Sample]:
+async def ask_many(slack: SlackStandIn, bot: Assistant, asked: Sequence[tuple[str, str]], wave: int) -> list[Sample]:
     """The first half one at a time, the second half in waves of ``wave`` at once (one per channel)."""
     half = len(asked) // 2
     samples = [await ask(slack, bot, channel, text) for channel, text in asked[:half]]
@@ -157,7 +157,7 @@ async def run_mode(engine: Engine, directory: Path, mode: str, asked: Sequence[t
                    questions: int, wave: int) -> dict[str, Any]:
     """Both phases (idle, then during a rebuild) in one mode; the figures."""
     limits = RateLimitConfig(questions_per_user_per_minute=0, rebuilds_per_channel_per_hour=0)
-    bot = Bot(Config(data_dir=directory / "data", bot=BotConfig(rate_limits=limits)), engine)
+    bot = Assistant(Config(data_dir=directory / "data", bot=BotConfig(rate_limits=limits)), engine)
     await bot.start(warm_up=False)  # warmed up already: the compile is not what is measured
     try:
         async with SlackStandIn() as slack:

@@ -1,6 +1,6 @@
 """Soak: one bot process under a steady chat workload, watched for slow leaks.
 
-One bot (``bot.runtime.Bot`` on the offline defaults, embedded Chroma in a
+One bot (``bot.runtime.Assistant`` on the offline defaults, embedded Chroma in a
 temporary data directory, UMAP warmed in the background as the bot does it)
 serves four console channels. Everything goes through the console adapter's
 ``ConsoleChannel.handle_line``, i.e. the neutral events the adapters produce
@@ -83,7 +83,7 @@ from bench.common import (
 from bot.chat import Reply, ReplyKind
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 from raptor_engine.types import Source, SourceKind
 
@@ -286,7 +286,7 @@ class ErrorLog(logging.Handler):
 class SoakChannel(ConsoleChannel):
     """A console channel whose replies are also counted; the text written is kept briefly."""
 
-    def __init__(self, bot: Bot, channel: str, tally: Tally) -> None:
+    def __init__(self, bot: Assistant, channel: str, tally: Tally) -> None:
         self.lines: deque[str] = deque(maxlen=20)
         super().__init__(bot, self.lines.append, channel)
         self._tally = tally
@@ -358,7 +358,7 @@ def write_uploads(articles: Sequence[Article], folder: Path, settings: SoakSetti
 class Soak:
     """The workload of the module docstring on one started bot."""
 
-    def __init__(self, bot: Bot, plans: list[ChannelPlan], settings: SoakSettings, tally: Tally) -> None:
+    def __init__(self, bot: Assistant, plans: list[ChannelPlan], settings: SoakSettings, tally: Tally) -> None:
         self.bot = bot
         self.plans = plans
         self.settings = settings

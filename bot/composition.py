@@ -49,7 +49,7 @@ from raptor_engine import (
 
 if TYPE_CHECKING:
     from adapters.protocol import Adapter
-    from bot.runtime import Bot
+    from bot.runtime import Assistant
     from raptor_engine import LLMSettings
 
 log = logging.getLogger(__name__)
@@ -235,14 +235,14 @@ def build_guard(config: Config) -> MachineBuildLocks | None:
     return MachineBuildLocks.for_server(machine_home(config), chroma.host, chroma.port, chroma.tenant, chroma.database)
 
 
-async def open_bot(config: Config) -> Bot:
+async def open_bot(config: Config) -> Assistant:
     """The bot the configuration describes, not started yet. Building the engine loads
     the embedding model (seconds), so it happens in a worker thread."""
-    from bot.runtime import Bot  # the chat side: not loaded by the one-shot commands
+    from bot.runtime import Assistant  # the chat side: not loaded by the one-shot commands
 
     limit_heap_growth()  # before the engine starts its threads: a bot runs for months
     engine = await asyncio.to_thread(build_engine, config)
-    return Bot(config, engine)
+    return Assistant(config, engine)
 
 
 def chosen_adapters(config: Config, stdin: TextIO, write: Callable[[str], None],

@@ -1,6 +1,6 @@
 """The composition of a chat session: the engine, the rebuild scheduler and the chat handler.
 
-Adapters receive a started :class:`Bot` from the composition root
+Adapters receive a started :class:`Assistant` from the composition root
 (:func:`bot.composition.serve`) and talk to ``bot.handler`` only::
 
     bot = await open_bot(config)       # bot.composition: loads the embedding model in a thread
@@ -48,7 +48,7 @@ STOP_DEADLINE_S = 3.0  # after SIGTERM/SIGINT the process ends then at the lates
 THREADS_GRACE_S = 2.0  # after the signal, work running in worker threads may finish until then
 
 
-class Bot:
+class Assistant:
     """One engine, its rebuild scheduler, and the handler every adapter feeds."""
 
     def __init__(self, config: Config, engine: Engine) -> None:

@@ -21,7 +21,7 @@ from typing import TextIO
 from adapters.console import translate
 from bot.chat import Attachment, ChannelKey, Command, Person, Pin, Reply
 from bot.commands import HELP
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 
 log = logging.getLogger(__name__)
@@ -31,13 +31,13 @@ Write = Callable[[str], None]
 
 
 class ConsoleChannel:
-    """One terminal channel ``console/<workspace>/<channel>`` of a started :class:`Bot`.
+    """One terminal channel ``console/<workspace>/<channel>`` of a started :class:`Assistant`.
 
     The person at the terminal manages the channel (it is their terminal), so
     ``rebuild`` and ``forget`` are theirs to run.
     """
 
-    def __init__(self, bot: Bot, write: Write, channel: str | None = None) -> None:
+    def __init__(self, bot: Assistant, write: Write, channel: str | None = None) -> None:
         """``channel`` overrides ``config.console.channel``."""
         console = bot.config.console
         self.bot = bot
@@ -142,7 +142,7 @@ class ConsoleSession:
         self._write = write
         self._channel = channel
 
-    async def serve(self, bot: Bot) -> None:
+    async def serve(self, bot: Assistant) -> None:
         """Greets, then handles lines until end of input or ``/quit`` (or cancellation)."""
         console = ConsoleChannel(bot, self._write, self._channel)
         await console.start()

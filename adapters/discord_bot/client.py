@@ -38,7 +38,7 @@ from adapters.discord_bot.pins import PinHandling
 from adapters.discord_bot.slash_command import command_group, command_name
 from bot.config import DiscordConfig
 from bot.errors import ConfigError
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 __all__ = [
     "DiscordPlatform", "RaptorClient", "command_group", "command_name", "intents", "interaction_manager",
@@ -47,15 +47,15 @@ __all__ = [
 
 
 class RaptorClient(InteractionHandling, PinHandling, MessageHandling):
-    """The Discord client of one :class:`~bot.runtime.Bot`; see the module docstring."""
+    """The Discord client of one :class:`~bot.runtime.Assistant`; see the module docstring."""
 
-    def __init__(self, bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
+    def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
         super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
         # Here, not in a part: the group needs the whole client (its subcommands call run_command).
         self.tree.add_command(command_group(self, command_name(config.command)))
 
 
-async def run_discord(bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0,
+async def run_discord(bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0,
                       on_client: Callable[[RaptorClient], object] | None = None) -> None:
     """Runs the bot on Discord until cancelled, then closes the client (the bot itself is the
     caller's to stop). ``on_client`` receives the client before it logs in (tests and
@@ -85,6 +85,6 @@ class DiscordPlatform:
     def __init__(self, config: DiscordConfig) -> None:
         self._config = config
 
-    async def serve(self, bot: Bot) -> None:
+    async def serve(self, bot: Assistant) -> None:
         """See :func:`run_discord`."""
         await run_discord(bot, self._config)

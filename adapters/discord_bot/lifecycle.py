@@ -32,7 +32,7 @@ from adapters.discord_bot.sending import ALLOWED_MENTIONS
 from bot.chat import Reply
 from bot.config import DiscordConfig
 from bot.errors import log_failure
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,10 @@ def intents() -> discord.Intents:
 
 
 class ClientCore(discord.Client):
-    """A discord.py client serving one :class:`~bot.runtime.Bot` (``raptor``) with the
+    """A discord.py client serving one :class:`~bot.runtime.Assistant` (``raptor``) with the
     configuration ``settings``; see the module docstring."""
 
-    def __init__(self, bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
+    def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
         super().__init__(intents=intents(), allowed_mentions=ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
         self.raptor = bot
         self.settings = config

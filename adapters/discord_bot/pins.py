@@ -24,7 +24,7 @@ from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
 from bot.chat import Pin, Unpin
 from bot.config import DiscordConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ PINNED_THREAD_LIMIT = 500  # messages of a pinned thread that become its source
 class PinHandling(ClientCore):
     """The client's pins-update events; see the module docstring."""
 
-    def __init__(self, bot: Bot, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
+    def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
         super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
         self._pin_locks: dict[int, asyncio.Lock] = {}  # one per channel: its changes, one at a time
 

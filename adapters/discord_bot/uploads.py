@@ -17,12 +17,12 @@ from adapters.discord_bot.sending import ChannelSend
 from adapters.discord_bot.translate import Place
 from bot.chat import Person, Upload
 from bot.errors import log_failure
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
 
-async def hand_over_attachment(bot: Bot, message: discord.Message, attachment: discord.Attachment, place: Place,
+async def hand_over_attachment(bot: Assistant, message: discord.Message, attachment: discord.Attachment, place: Place,
                                person: Person, external_id: str) -> None:
     """Downloads one attachment and hands it to the handler as an Upload; a file over
     the size limit is refused before downloading it."""

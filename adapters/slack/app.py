@@ -36,7 +36,7 @@ from adapters.slack.listeners import build_app
 from adapters.slack.translate import BotIdentity
 from bot.config import SlackConfig
 from bot.errors import BotError
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 __all__ = [
     "API_TIMEOUT_S", "DRAIN_TIMEOUT_S", "HEALTH_PATH", "MAX_CONCURRENT_EVENTS", "RATE_LIMIT_RETRIES",
@@ -92,7 +92,7 @@ async def fetch_identity(client: AsyncWebClient) -> BotIdentity:
 
 
 async def run_slack(
-    bot: Bot,
+    bot: Assistant,
     config: SlackConfig,
     *,
     client_factory: ClientFactory | None = None,
@@ -191,6 +191,6 @@ class SlackPlatform:
     def __init__(self, config: SlackConfig) -> None:
         self._config = config
 
-    async def serve(self, bot: Bot) -> None:
+    async def serve(self, bot: Assistant) -> None:
         """See :func:`run_slack`."""
         await run_slack(bot, self._config)

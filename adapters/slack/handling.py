@@ -1,7 +1,7 @@
 """What the Slack adapter does with a payload once bolt has acknowledged it.
 
 :class:`SlackAdapter` turns Slack payloads into work for one started
-:class:`~bot.runtime.Bot`. Contract:
+:class:`~bot.runtime.Assistant`. Contract:
 
 * the ``on_*`` methods (called by the listeners of :mod:`adapters.slack.listeners`,
   after the acknowledgement) only start a background task and return: the
@@ -54,7 +54,7 @@ from bot.chat import Event, Person, Reply, ReplyKind
 from bot.commands import ASK
 from bot.config import SlackConfig
 from bot.errors import BotError, log_failure, new_reference
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class RecentKeys:
         return True
 
 class SlackAdapter:
-    """Turns Slack payloads into work for one started :class:`~bot.runtime.Bot`.
+    """Turns Slack payloads into work for one started :class:`~bot.runtime.Assistant`.
 
     The ``on_*`` methods are called by bolt's listeners after the acknowledgement;
     they only start a background task (bounded to ``max_concurrency`` at once) and
@@ -90,7 +90,7 @@ class SlackAdapter:
 
     def __init__(
         self,
-        bot: Bot,
+        bot: Assistant,
         config: SlackConfig,
         client: AsyncWebClient,
         session: aiohttp.ClientSession,

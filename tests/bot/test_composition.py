@@ -15,7 +15,7 @@ from bot.cli import build_parser
 from bot.composition import chosen_adapters, serve
 from bot.config import Config
 from bot.errors import BotError
-from bot.runtime import Bot
+from bot.runtime import Assistant
 
 
 class StandIn:
@@ -26,9 +26,9 @@ class StandIn:
         self.ends_on_its_own = how == "quit"
         self._how = how
         self._events = events
-        self.bots: list[Bot] = []
+        self.bots: list[Assistant] = []
 
-    async def serve(self, bot: Bot) -> None:
+    async def serve(self, bot: Assistant) -> None:
         self.bots.append(bot)
         assert bot.scheduler.started  # handed a started bot
         await asyncio.sleep(0.05)  # every adapter has started before any ends

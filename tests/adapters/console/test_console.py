@@ -26,7 +26,7 @@ from adapters.console.translate import LineContext, Notice, Quit, parse_line, re
 from bot.chat import CitationKind, CitationView, Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
 from bot.cli import main
 from bot.config import Config, ConsoleConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from bot.tree_picture import PICTURE_SIZE
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
@@ -58,11 +58,11 @@ def console_config(tmp_path: Path, sample: bool = False) -> Config:
     return Config(data_dir=tmp_path / "data", console=ConsoleConfig(sample=sample))
 
 
-def with_bot(engine: Engine, config: Config, body: Callable[[Bot], Awaitable[None]]) -> None:
+def with_bot(engine: Engine, config: Config, body: Callable[[Assistant], Awaitable[None]]) -> None:
     """Runs ``body`` with a started bot on the test's engine, and stops the bot after."""
 
     async def session() -> None:
-        bot = Bot(config, engine)
+        bot = Assistant(config, engine)
         await bot.start(warm_up=False)  # the rebuilds below compile UMAP anyway
         try:
             await body(bot)
@@ -80,7 +80,7 @@ def citations(text: str) -> list[tuple[str, str, str]]:
 def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> None:
     terminal = Terminal()
 
-    async def body(bot: Bot) -> None:
+    async def body(bot: Assistant) -> None:
         console = ConsoleChannel(bot, terminal.write)
         await console.start()
         assert "no material yet" in terminal.take()
@@ -160,7 +160,7 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
 def test_two_channels_never_see_each_other(engine: Engine, tmp_path: Path) -> None:
     terminal_a, terminal_b = Terminal(), Terminal()
 
-    async def body(bot: Bot) -> None:
+    async def body(bot: Assistant) -> None:
         a = ConsoleChannel(bot, terminal_a.write, channel="alpha")
         b = ConsoleChannel(bot, terminal_b.write, channel="beta")
         await a.handle_line(f"/upload {SAMPLE}")
@@ -199,7 +199,7 @@ def test_bad_uploads_are_clear_messages(engine: Engine, tmp_path: Path) -> None:
     photo = tmp_path / "photo.png"
     photo.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
 
-    async def body(bot: Bot) -> None:
+    async def body(bot: Assistant) -> None:
         console = ConsoleChannel(bot, terminal.write)
         assert await console.handle_line(f"/upload {tmp_path / 'missing.md'}")
         assert terminal.take() == f"! There is no file {tmp_path / 'missing.md'}."
@@ -240,7 +240,7 @@ def test_oversized_upload_names_its_true_size_and_a_pipe_is_refused(
     pipe = tmp_path / "pipe.txt"
     os.mkfifo(pipe)
 
-    async def body(bot: Bot) -> None:
+    async def body(bot: Assistant) -> None:
         console = ConsoleChannel(bot, terminal.write)
         assert await console.handle_line(f"/upload {big}")
         assert terminal.take() == (
@@ -256,7 +256,7 @@ def test_start_adds_the_sample_once_and_pins_continue_numbering(engine: Engine, 
     terminal = Terminal()
     config = console_config(tmp_path, sample=True)
 
-    async def body(bot: Bot) -> None:
+    async def body(bot: Assistant) -> None:
         console = ConsoleChannel(bot, terminal.write)
         await console.start()
         shown = terminal.take()

@@ -1,4 +1,4 @@
-"""The Discord world of a test: the stand-in Discord, a started Bot on the test's engine, and
+"""The Discord world of a test: the stand-in Discord, a started Assistant on the test's engine, and
 the real discord.py client run by ``run_discord``, all on one event loop (``asyncio.run``).
 
 The world has two guilds. "Test Guild" has the channels general, library (a
@@ -20,7 +20,7 @@ from typing import Any
 from adapters.discord_bot.client import RaptorClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
 from testkit.discord_api import (
@@ -44,7 +44,7 @@ class World:
     """Everything a Discord test talks to."""
 
     fake: FakeDiscord
-    bot: Bot
+    bot: Assistant
     client: RaptorClient
     guild: dict[str, Any]
     other_guild: dict[str, Any]
@@ -120,7 +120,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
         settings["guilds"] = [guild["id"]]
         settings["channels"] = [fake.channel_id(guild, "general"), library]
     config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID]))
-    bot = Bot(config, engine)
+    bot = Assistant(config, engine)
     await bot.start(warm_up=False)
     clients: list[RaptorClient] = []
     task = asyncio.create_task(run_discord(bot, config.discord, guild_ready_timeout=0.05, on_client=clients.append))

@@ -1,7 +1,7 @@
 """The real discord.py client against the Discord stand-in on 127.0.0.1, end to end.
 
 Real components only: ``run_discord`` with discord.py's own HTTP and gateway
-code, the Bot (engine on embedded Chroma with the session's packaged model,
+code, the Assistant (engine on embedded Chroma with the session's packaged model,
 scheduler, handler). Each test runs its own event loop with ``asyncio.run``
 (see ``conftest.py`` for the world every test gets). The stand-in refuses
 messages over Discord's limits and interaction answers later than 3 s, so

@@ -2,7 +2,7 @@
 
 Real components only: slack-bolt and slack_sdk talk over 127.0.0.1 to
 ``testkit/slack_api.py`` (the Web API, Socket Mode, signed HTTP
-deliveries); the bot is ``bot.runtime.Bot`` with the real engine on embedded
+deliveries); the bot is ``bot.runtime.Assistant`` with the real engine on embedded
 Chroma. Every scenario runs in Socket Mode and in HTTP mode. Each test runs
 its own event loop with ``asyncio.run``. The stand-in refuses any message over
 Slack's limits, and every scenario checks that nothing was refused.
@@ -40,7 +40,7 @@ from bot.chat import (
 )
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.errors import BotError
-from bot.runtime import Bot
+from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
@@ -61,7 +61,7 @@ CHANNEL = "C100"
 ON_CALL = "What does the on-call engineer do?"
 ACK_LIMIT_S = 3.0
 
-Body = Callable[[SlackStandIn, SlackRunning, Bot], Awaitable[None]]
+Body = Callable[[SlackStandIn, SlackRunning, Assistant], Awaitable[None]]
 
 
 def key(channel: str = CHANNEL) -> ChannelKey:
@@ -78,7 +78,7 @@ def run(engine: Engine, tmp_path: Path, mode: str, body: Body, **options: Any) -
     """Runs ``body`` with a started bot, the stand-in, and the Slack app serving in ``mode``."""
 
     async def session() -> None:
-        bot = Bot(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), engine)
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:
@@ -94,7 +94,7 @@ def run(engine: Engine, tmp_path: Path, mode: str, body: Body, **options: Any) -
     asyncio.run(session())
 
 
-async def settle(running: SlackRunning, bot: Bot) -> None:
+async def settle(running: SlackRunning, bot: Assistant) -> None:
     """Until every delivered event (and any rebuild) is fully handled."""
     for _ in range(2):
         await asyncio.sleep(0.05)  # bolt starts a listener just after acknowledging
@@ -102,7 +102,7 @@ async def settle(running: SlackRunning, bot: Bot) -> None:
         await bot.scheduler.wait_idle()
 
 
-def recorded(bot: Bot) -> list[Event]:
+def recorded(bot: Assistant) -> list[Event]:
     """Every neutral event the adapter gives the handler, recorded on the way in."""
     events: list[Event] = []
     handle = bot.handler.handle
@@ -140,7 +140,7 @@ def built_engine(embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest
 
 @pytest.mark.parametrize("mode", MODES)
 def test_mentions_follow_ups_and_direct_messages(engine: Engine, tmp_path: Path, mode: str) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         events = recorded(bot)
         shared = await share_sample(slack)
         await settle(running, bot)
@@ -197,7 +197,7 @@ def test_no_warning_at_start_when_the_token_is_also_in_the_environment(
     beside the adapter's client, which already carries the configured token."""
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-from-the-environment")
 
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         await share_sample(slack)
         await settle(running, bot)
 
@@ -208,7 +208,7 @@ def test_no_warning_at_start_when_the_token_is_also_in_the_environment(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_retried_event_is_answered_once(engine: Engine, tmp_path: Path, mode: str) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         await share_sample(slack)
         asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
         mention = slack.events_for(asked)[1]
@@ -229,7 +229,7 @@ def test_a_retried_event_is_answered_once(engine: Engine, tmp_path: Path, mode: 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_pins_threads_and_unpins_feed_the_sources(engine: Engine, tmp_path: Path, mode: str) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon &amp; on holidays.")
         await slack.pin(CHANNEL, ANA, note["ts"])
         [added] = await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"]), what="the pin's note")
@@ -268,7 +268,7 @@ def test_pins_threads_and_unpins_feed_the_sources(engine: Engine, tmp_path: Path
 def test_a_download_refused_for_the_token_is_reported(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         slack.download_token = "xoxb-of-another-app"  # our token is wrong for downloads: Slack's sign-in page
         shared, _ = await slack.share_file(CHANNEL, ANA, "notes.md", b"# Notes\nSome notes.", mimetype="text/markdown")
         [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the failure note")
@@ -290,7 +290,7 @@ def test_an_oversized_file_is_refused_with_its_true_size(
     # The download stops one byte past the limit; the size in the refusal is Slack's.
     engine = make_engine(store, embedder, EngineSettings(max_file_bytes=1000))
 
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         shared, _ = await slack.share_file(CHANNEL, ANA, "big.txt", b"x" * 5000)
         [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the refusal")
         assert "the file is 4.9 KB, over the limit of 1000 bytes" in note["text"]
@@ -304,7 +304,7 @@ def test_an_oversized_file_is_refused_with_its_true_size(
 def test_the_token_goes_only_to_slack_and_a_direct_messages_files_stay_in_it(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         # Another loopback port plays a host outside Slack, recording whatever reaches it.
         seen: list[dict[str, str]] = []
 
@@ -358,7 +358,7 @@ async def new_post(slack: SlackStandIn, before: int, what: str, channel: str = C
 
 @pytest.mark.parametrize("mode", MODES)
 def test_slash_commands(engine: Engine, tmp_path: Path, mode: str) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon.")
         await slack.pin(CHANNEL, ANA, note["ts"])
         other, _ = await slack.user_says(CHANNEL, BEN, "Incidents are reviewed every Tuesday by the whole team.")
@@ -428,7 +428,7 @@ def test_slash_commands(engine: Engine, tmp_path: Path, mode: str) -> None:
 def test_summary_buttons_and_votes(built_engine: Engine, tmp_path: Path, mode: str) -> None:
     channel = "CBUILT"
 
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         asked, _ = await slack.user_says(channel, ANA, f"<@{BOT_USER}> {ON_CALL}")
         [answer] = await slack.wait_until(lambda: slack.posts(channel, asked["ts"]), what="the answer")
         buttons = [b["accessory"] for b in answer["blocks"] if b.get("accessory", {}).get("action_id") == ACTION_NODE]
@@ -468,7 +468,7 @@ def test_long_answers_are_split_within_the_limits_and_private_pictures_sent_dire
                                    "Q<" * 400) for n in range(1, 66))
     reply = Reply(ReplyKind.ANSWER, text, citations, answer_id="a1", thread="1700000000.000001")
 
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         await running.adapter.outbox.deliver(Target(CHANNEL, ANA), reply)
         posts = slack.posts(CHANNEL)
         assert len(posts) >= 3 and all(p["thread_ts"] == reply.thread for p in posts)
@@ -514,7 +514,7 @@ def test_the_stand_in_refuses_what_slack_refuses() -> None:
 def test_slack_refusing_a_reply_is_reported_with_a_reference(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         slack.fail("chat.postMessage", "ratelimited")
         asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
         [note] = await slack.wait_until(lambda: slack.ephemerals(CHANNEL), what="the failure note")
@@ -541,7 +541,7 @@ def test_slack_refusing_a_reply_is_reported_with_a_reference(
 def test_malformed_payloads_do_not_bring_the_app_down(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         broken: list[Any] = [
             {"type": "app_mention"},  # no channel, user or ts
             {"type": "message", "subtype": "file_share", "files": "nope", "channel": CHANNEL, "user": BEN, "ts": "1.1"},
@@ -573,7 +573,7 @@ def test_malformed_payloads_do_not_bring_the_app_down(
 
 
 def test_http_mode_refuses_bad_and_stale_signatures(engine: Engine, tmp_path: Path) -> None:
-    async def body(slack: SlackStandIn, running: SlackRunning, bot: Bot) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
         payload = json.dumps(slack.event_callback(slack.events_for(asked)[1]))
         bad = await slack.post_http(payload, "application/json", secret="not-the-secret")
@@ -601,7 +601,7 @@ def test_http_mode_refuses_bad_and_stale_signatures(engine: Engine, tmp_path: Pa
 def test_refused_tokens_stop_the_start_with_a_clear_error(engine: Engine, tmp_path: Path, mode: str,
                                                           wrong: str) -> None:
     async def session() -> None:
-        bot = Bot(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), engine)
         async with SlackStandIn() as slack:
             value = SecretStr("xoxb-wrong" if wrong == "bot_token" else "xapp-wrong")
             config = slack_config(slack, mode).model_copy(update={wrong: value})
@@ -637,7 +637,7 @@ def test_people_are_looked_up_and_cached_briefly() -> None:
 def test_stopping_lets_work_in_hand_finish_for_a_while(engine: Engine, tmp_path: Path, drain_s: float,
                                                         answered: bool) -> None:
     async def session() -> None:
-        bot = Bot(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), engine)
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:
