@@ -53,8 +53,7 @@ from bench.common import (
     write_json,
 )
 from bench.measure import content_words, mean_interval, word_recall
-from raptor_engine.engine import Engine
-from raptor_engine.types import Answer, ChannelKey
+from raptor_engine import Answer, ChannelKey, Engine
 
 TARGET_SUMMARY_CITED = 0.90  # patent answers citing a summary node, at least
 TARGET_ANSWERABLE_REFUSED = 0.02  # at most

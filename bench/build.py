@@ -44,8 +44,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
-from raptor_engine.embedding import SentenceTransformerEmbedder
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey, SentenceTransformerEmbedder
 
 TARGET_RATIO = 2.0  # whole build / embedding only
 TARGET_PEAK_MIB = 2.5 * 1024  # 2.5 GiB

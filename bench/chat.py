@@ -47,7 +47,7 @@ from bench.common import (
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
 from bot.runtime import Assistant
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey
 
 TARGET_RATIO = 2.0
 TARGET_PEAK_MIB = 2.5 * 1024

@@ -38,13 +38,19 @@ from typing import Any, Self
 
 import numpy as np
 
-from raptor_engine.answering import ExtractiveAnswerer
-from raptor_engine.embedding import SentenceTransformerEmbedder
-from raptor_engine.engine import Engine, EngineSettings
-from raptor_engine.protocols import Embedder, TokenCounter
-from raptor_engine.store import ChromaStore
-from raptor_engine.summarizing import ExtractiveSummarizer
-from raptor_engine.types import ChannelKey, Document, Node
+from raptor_engine import (
+    ChannelKey,
+    ChromaStore,
+    Document,
+    Embedder,
+    Engine,
+    EngineSettings,
+    ExtractiveAnswerer,
+    ExtractiveSummarizer,
+    Node,
+    SentenceTransformerEmbedder,
+    TokenCounter,
+)
 
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 QUALITY_STEM = "quality-dev"

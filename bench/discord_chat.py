@@ -65,8 +65,7 @@ from bench.common import (
 )
 from bot.config import BotConfig, Config, DiscordConfig, RateLimitConfig, ScheduleConfig
 from bot.runtime import Assistant
-from raptor_engine.engine import Engine
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey, Engine
 from testkit.discord_api import (
     MANAGE_MESSAGES,
     FakeDiscord,

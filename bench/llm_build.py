@@ -46,12 +46,18 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
-from raptor_engine.answering import ExtractiveAnswerer
-from raptor_engine.embedding import SentenceTransformerEmbedder
-from raptor_engine.engine import Engine, EngineSettings
-from raptor_engine.llm import LLMClient, LLMSettings, LLMSummarizer
-from raptor_engine.store import ChromaStore
-from raptor_engine.types import BuildReport, ChannelKey
+from raptor_engine import (
+    BuildReport,
+    ChannelKey,
+    ChromaStore,
+    Engine,
+    EngineSettings,
+    ExtractiveAnswerer,
+    LLMClient,
+    LLMSettings,
+    LLMSummarizer,
+    SentenceTransformerEmbedder,
+)
 from testkit.openai_stub import OpenAIStub, running_stub
 
 TARGET_SPEED_UP = 5.0

@@ -42,9 +42,7 @@ from bench.common import (
     verdict,
     write_json,
 )
-from raptor_engine.engine import Engine
-from raptor_engine.retrieval import RetrievalSettings
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey, Engine, RetrievalSettings
 
 TARGET_P95_RETRIEVE_MS = 50.0
 

@@ -66,11 +66,9 @@ from bench.measure import (
     paired_difference,
     word_recall,
 )
+from raptor_engine import ChannelKey, Embedder, Engine, Hit, Node, RetrievalMode, TokenCounter
 from raptor_engine.chunking import sentences
-from raptor_engine.engine import Engine
-from raptor_engine.protocols import Embedder, TokenCounter
 from raptor_engine.retrieval import DEFAULT_TOP_K, RRF_K, fill_budget
-from raptor_engine.types import ChannelKey, Hit, Node, RetrievalMode
 
 SET_BUDGETS: dict[str, tuple[int, ...]] = {"quality": (2000,), "patents": (500, 2000), "reviews": (500, 2000)}
 ENGINE_MODES = {

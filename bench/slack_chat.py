@@ -56,8 +56,7 @@ from bench.common import (
 )
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.runtime import Assistant
-from raptor_engine.engine import Engine
-from raptor_engine.types import ChannelKey
+from raptor_engine import ChannelKey, Engine
 from testkit.slack_api import BOT_USER, TEAM, ApiCall, SlackStandIn, app_running
 
 ACK_TARGET_S = 3.0

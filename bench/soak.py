@@ -85,7 +85,7 @@ from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
-from raptor_engine.types import Source, SourceKind
+from raptor_engine import Source, SourceKind
 
 log = logging.getLogger(__name__)
 

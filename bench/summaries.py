@@ -52,13 +52,19 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
-from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine import (
+    ChannelKey,
+    ChromaStore,
+    Document,
+    Embedder,
+    Engine,
+    EngineSettings,
+    ExtractiveAnswerer,
+    Node,
+    TokenCounter,
+)
 from raptor_engine.chunking import sentences as sentences_of
-from raptor_engine.engine import Engine, EngineSettings
-from raptor_engine.protocols import Embedder, TokenCounter
-from raptor_engine.store import ChromaStore
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
-from raptor_engine.types import ChannelKey, Document, Node
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PATENTS = DATA / "leval-patent-summ.jsonl"
