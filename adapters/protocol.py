@@ -5,7 +5,7 @@ each adapter's :meth:`Adapter.serve`, and stops the bot when the first adapter e
 or the process is signalled; then it cancels the others. An adapter never opens,
 starts or stops the bot itself.
 
-What an adapter may import: ``bot``'s public surface only (:mod:`bot.chat` for the
+What an adapter may import: ``bot``'s public surface only (:mod:`bot.neutral` for the
 neutral types, :mod:`bot.runtime` for the facade, :mod:`bot.replies` for the texts,
 :mod:`bot.config` for its own settings, :mod:`bot.errors`), never ``raptor_engine``
 and never another platform's adapter. ``tests/test_architecture.py`` enforces it.

@@ -80,9 +80,9 @@ from bench.common import (
     verdict,
     write_json,
 )
-from bot.chat import Reply, ReplyKind
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
+from bot.neutral import Reply, ReplyKind
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 from raptor_engine import Source, SourceKind

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from bot.chat import Person
 from bot.config import BotConfig
+from bot.neutral import Person
 from raptor_engine import ChannelKey
 
 log = logging.getLogger(__name__)

@@ -41,11 +41,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bot import commands, replies
-from bot.chat import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.config import Config
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
+from bot.neutral import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.rate_limits import RateLimiter
 from bot.replies import outline_text as render_outline_text
 from bot.scheduler import RequestResult

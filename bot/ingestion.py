@@ -18,8 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from bot.chat import Person, Pin, Upload
 from bot.errors import BotError
+from bot.neutral import Person, Pin, Upload
 from raptor_engine import ChannelKey, Document, Source, SourceKind
 
 if TYPE_CHECKING:

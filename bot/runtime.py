@@ -32,10 +32,10 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from bot.chat import ChannelKey, SourceView
 from bot.config import Config
 from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
+from bot.neutral import ChannelKey, SourceView
 from bot.process_exit import end_process
 from bot.scheduler import RebuildScheduler
 from raptor_engine import Engine

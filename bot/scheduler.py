@@ -31,11 +31,11 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.chat import Reply, ReplyKind, Send
 from bot.config import BotConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
 from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
+from bot.neutral import Reply, ReplyKind, Send
 from bot.replies import progress_text, rebuild_failed_text, report_sentence
 from bot.schedule_status import ScheduleStatus
 from raptor_engine import BuildProgress, ChannelKey, Engine, RaptorError, TreeStats

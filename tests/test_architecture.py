@@ -35,7 +35,7 @@ ENGINE_API = frozenset({"raptor_engine", "raptor_engine.defaults"})
 
 
 def module_name(path: Path) -> str:
-    """``bot/chat.py`` -> ``bot.chat``; a package's ``__init__.py`` -> the package."""
+    """``bot/neutral.py`` -> ``bot.neutral``; a package's ``__init__.py`` -> the package."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -191,9 +191,9 @@ def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
 
 
 def test_allowed_edges_pass() -> None:
-    graph = {"adapters.slack.app": {"bot.chat", "adapters.slack.blocks", "adapters"},
+    graph = {"adapters.slack.app": {"bot.neutral", "adapters.slack.blocks", "adapters"},
              "bot.composition": {"adapters.registry"}, "adapters.registry": {"adapters.slack.app"},
-             "bot.chat": {"raptor_engine"}, "bot.config": {"raptor_engine.defaults"},
+             "bot.neutral": {"raptor_engine"}, "bot.config": {"raptor_engine.defaults"},
              "bench.slack_chat": {"testkit.slack_api", "adapters.slack.app"}}
     assert back_edges(graph) == []
 

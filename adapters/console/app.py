@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TextIO
 
 from adapters.console import translate
-from bot.chat import Attachment, ChannelKey, Command, Person, Pin, Reply
 from bot.commands import HELP
+from bot.neutral import Attachment, ChannelKey, Command, Person, Pin, Reply
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 

@@ -19,7 +19,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.chat import (
+from bot.commands import HELP, parse_command
+from bot.neutral import (
     ChannelKey,
     CitationView,
     Command,
@@ -32,7 +33,6 @@ from bot.chat import (
     Unpin,
     Upload,
 )
-from bot.commands import HELP, parse_command
 from bot.replies import FILE_TYPES
 
 log = logging.getLogger(__name__)

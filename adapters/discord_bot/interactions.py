@@ -29,7 +29,7 @@ from adapters.discord_bot import render, translate
 from adapters.discord_bot.lifecycle import ClientCore
 from adapters.discord_bot.sending import InteractionSend
 from adapters.discord_bot.translate import Place
-from bot.chat import Command
+from bot.neutral import Command
 from bot.replies import source_choice_text
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,9 @@ from discord import app_commands
 from adapters.discord_bot import render, translate
 from adapters.discord_bot.connection import guard_parsers
 from adapters.discord_bot.sending import ALLOWED_MENTIONS
-from bot.chat import Reply
 from bot.config import DiscordConfig
 from bot.errors import log_failure
+from bot.neutral import Reply
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)

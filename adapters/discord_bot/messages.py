@@ -26,7 +26,7 @@ from adapters.discord_bot.sending import ChannelSend, Typing, keep_typing
 from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
 from bot import commands
-from bot.chat import Command, Person, Question
+from bot.neutral import Command, Person, Question
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from adapters.discord_bot.lifecycle import ClientCore
 from adapters.discord_bot.sending import ChannelSend, keep_typing
 from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
-from bot.chat import Pin, Unpin
 from bot.config import DiscordConfig
+from bot.neutral import Pin, Unpin
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Pure rendering of neutral replies as Discord messages, within Discord's limits.
 
-:func:`render_reply` turns one :class:`~bot.chat.Reply` into the list of
+:func:`render_reply` turns one :class:`~bot.neutral.Reply` into the list of
 :class:`Outgoing` messages to send, in order:
 
 * an answer is one or more embeds with its text, then embeds of numbered
@@ -29,7 +29,7 @@ import discord
 
 from adapters.discord_bot import translate
 from bot import replies
-from bot.chat import Attachment, CitationKind, CitationView, Reply, ReplyKind
+from bot.neutral import Attachment, CitationKind, CitationView, Reply, ReplyKind
 
 log = logging.getLogger(__name__)
 

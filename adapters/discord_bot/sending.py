@@ -19,8 +19,8 @@ import discord
 
 from adapters.discord_bot import render
 from adapters.discord_bot.render import Outgoing
-from bot.chat import Reply
 from bot.errors import log_failure
+from bot.neutral import Reply
 
 log = logging.getLogger(__name__)
 

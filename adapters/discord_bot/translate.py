@@ -33,9 +33,9 @@ from typing import Any
 
 import discord
 
-from bot.chat import ChannelKey, Command, Person, SourceView, Vote
 from bot.commands import NODE
 from bot.config import DiscordConfig
+from bot.neutral import ChannelKey, Command, Person, SourceView, Vote
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""An attachment handed to the bot as an :class:`~bot.chat.Upload`: a message's files
+"""An attachment handed to the bot as an :class:`~bot.neutral.Upload`: a message's files
 (questions, library channels) and a pinned message's files alike.
 
 Contract: a file over the bot's upload limit is refused before it is downloaded; a failed
@@ -15,8 +15,8 @@ import discord
 from adapters.discord_bot import render
 from adapters.discord_bot.sending import ChannelSend
 from adapters.discord_bot.translate import Place
-from bot.chat import Person, Upload
 from bot.errors import log_failure
+from bot.neutral import Person, Upload
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@
   :mod:`~adapters.slack.payload`, :mod:`~adapters.slack.events`,
   :mod:`~adapters.slack.threads`, :mod:`~adapters.slack.interactions`,
   :mod:`~adapters.slack.files` and :mod:`~adapters.slack.failures`.
-* :mod:`adapters.slack.blocks` — pure: a neutral :class:`~bot.chat.Reply` to
+* :mod:`adapters.slack.blocks` — pure: a neutral :class:`~bot.neutral.Reply` to
   Block Kit messages, split within Slack's limits.
 * :mod:`adapters.slack.web` — the Web API and file-download side: people,
   threads, downloads, reactions, and delivering replies (failures reported).

@@ -1,4 +1,4 @@
-"""Pure rendering: a neutral :class:`~bot.chat.Reply` as Block Kit messages within Slack's limits.
+"""Pure rendering: a neutral :class:`~bot.neutral.Reply` as Block Kit messages within Slack's limits.
 
 :func:`render_reply` returns one or more :class:`SlackMessage` (``text`` and
 ``blocks``), to be posted in order. An answer is its text, then its numbered
@@ -31,7 +31,7 @@ from adapters.slack.translate import (
     QUESTION_BLOCK,
     WORKING_REACTION,
 )
-from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from adapters.slack.payload import (
     message_external_id,
     plain_text,
 )
-from bot.chat import Person, Pin, Question, Unpin
+from bot.neutral import Person, Pin, Question, Unpin
 
 # -- what arrived --------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Pure translation of Slack's files: a file object as a :class:`SlackFile`, a downloaded
-file as an :class:`~bot.chat.Upload`, and telling Slack's sign-in page from a file.
+file as an :class:`~bot.neutral.Upload`, and telling Slack's sign-in page from a file.
 
 Contract: :func:`slack_file` never raises (no id gives None); a file Slack does not let
 the bot read keeps an empty ``url``, which the app reports instead of downloading.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.slack.payload import Origin, as_int, as_text
-from bot.chat import Person, Upload
+from bot.neutral import Person, Upload
 
 
 @dataclass(frozen=True, slots=True)

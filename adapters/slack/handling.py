@@ -50,10 +50,10 @@ from adapters.slack.translate import (
 )
 from adapters.slack.web import Downloader, DownloadError, Outbox, People, Target
 from bot import replies
-from bot.chat import Event, Person, Reply, ReplyKind
 from bot.commands import ASK
 from bot.config import SlackConfig
 from bot.errors import BotError, log_failure, new_reference
+from bot.neutral import Event, Person, Reply, ReplyKind
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)

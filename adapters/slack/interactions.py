@@ -8,8 +8,8 @@ click works after a restart. Anything else (another app's action, no value) give
 from __future__ import annotations
 
 from adapters.slack.payload import Origin, Payload, as_list, as_mapping, as_text
-from bot.chat import Command, Person, Vote
 from bot.commands import parse_command
+from bot.neutral import Command, Person, Vote
 
 ACTION_NODE = "raptor_node"  # button on a summary citation: its value is the node id
 ACTION_VOTE_UP = "raptor_vote_up"  # feedback buttons: their value is the answer id

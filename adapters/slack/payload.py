@@ -6,7 +6,7 @@ Pure: nothing here performs input/output. Contract:
 * a channel's key is ``ChannelKey("slack", team_id, channel_id)`` (:func:`channel_key`);
   a direct message conversation is a channel of its own;
 * a pinned message's external id is ``"<channel>:<ts>"`` (:func:`message_external_id`),
-  the same for its :class:`~bot.chat.Pin` and its :class:`~bot.chat.Unpin`;
+  the same for its :class:`~bot.neutral.Pin` and its :class:`~bot.neutral.Unpin`;
 * the ``as_*`` readers never raise: a missing or mistyped field reads as empty (or 0),
   which is how a malformed payload ends up dropped with a log line, not an exception.
 """
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.chat import ChannelKey, Person
+from bot.neutral import ChannelKey, Person
 
 PLATFORM = "slack"
 WORKING_REACTION = "hourglass_flowing_sand"  # shown on the message being worked on, removed after

@@ -42,8 +42,8 @@ from yarl import URL
 from adapters.slack import translate
 from adapters.slack.blocks import SlackMessage, render_reply
 from adapters.slack.translate import SlackFile
-from bot.chat import Attachment, Person, Reply, Send
 from bot.errors import new_reference
+from bot.neutral import Attachment, Person, Reply, Send
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """Answers with their citations, retrieval hits and votes.
 
-Chat adapters get an answer as a neutral :class:`~bot.chat.Reply` (:func:`answer_reply`)
+Chat adapters get an answer as a neutral :class:`~bot.neutral.Reply` (:func:`answer_reply`)
 and lay its citations out themselves; the command line prints :func:`answer_text`,
 whose citation lines are the console chat's.
 """
 
 from __future__ import annotations
 
-from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from bot.texts.words import node_kind
 from raptor_engine import Answer, Citation, Hit
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.chat import SourceView
 from bot.ingestion import adder_id, adder_name
+from bot.neutral import SourceView
 from bot.texts.words import count, megabytes, short_id, when
 from raptor_engine import SUPPORTED_SUFFIXES, DocumentRejected, Source
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from bot import replies
-from bot.chat import Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
 from bot.commands import may_manage, parse_command
 from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
 from bot.handler import ChatHandler, retrieval_query
 from bot.ingestion import pin_title
+from bot.neutral import Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
 from bot.schedule_status import ScheduleStatus
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine

@@ -19,8 +19,8 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.chat import Reply, ReplyKind
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
+from bot.neutral import Reply, ReplyKind
 from bot.replies import progress_text, report_sentence
 from bot.scheduler import (
     INTERRUPTED_TEXT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from bot import replies
-from bot.chat import SourceView
+from bot.neutral import SourceView
 from bot.texts.outline import picture_header
 from bot.tree_outline import Branch, TreeOutline
 from raptor_engine.types import Node, TreeStats

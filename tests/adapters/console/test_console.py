@@ -23,9 +23,9 @@ from PIL import Image
 
 from adapters.console.app import ConsoleChannel
 from adapters.console.translate import LineContext, Notice, Quit, parse_line, render_reply
-from bot.chat import CitationKind, CitationView, Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
 from bot.cli import main
 from bot.config import Config, ConsoleConfig
+from bot.neutral import CitationKind, CitationView, Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
 from bot.runtime import Assistant
 from bot.tree_picture import PICTURE_SIZE
 from raptor_engine.embedding import SentenceTransformerEmbedder

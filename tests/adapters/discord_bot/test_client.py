@@ -22,8 +22,8 @@ import pytest
 from adapters.discord_bot.client import run_discord
 from adapters.discord_bot.sending import ChannelSend
 from adapters.discord_bot.translate import Place
-from bot.chat import CitationKind, CitationView, Reply, ReplyKind
 from bot.ingestion import adder_name
+from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from raptor_engine.engine import Engine
 from raptor_engine.types import SourceKind
 from testkit.discord_api import (

@@ -20,7 +20,9 @@ from adapters.discord_bot.client import command_name
 from adapters.discord_bot.connection import api_base
 from adapters.discord_bot.sending import message_arguments
 from adapters.discord_bot.translate import CastVote, OpenNode, Place, Scope
-from bot.chat import (
+from bot.config import DiscordConfig
+from bot.errors import ConfigError
+from bot.neutral import (
     Attachment,
     CitationKind,
     CitationView,
@@ -30,8 +32,6 @@ from bot.chat import (
     ReplyKind,
     Vote,
 )
-from bot.config import DiscordConfig
-from bot.errors import ConfigError
 from raptor_engine.types import ChannelKey, Source, SourceKind
 from testkit.discord_api import PRIVATE_THREAD, message_errors, thread_payload
 

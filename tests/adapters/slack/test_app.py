@@ -28,7 +28,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.app import SlackRunning, run_slack
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
 from adapters.slack.web import People, Target
-from bot.chat import (
+from bot.config import BotConfig, Config, RateLimitConfig
+from bot.errors import BotError
+from bot.neutral import (
     Attachment,
     CitationKind,
     CitationView,
@@ -38,8 +40,6 @@ from bot.chat import (
     ReplyKind,
     Send,
 )
-from bot.config import BotConfig, Config, RateLimitConfig
-from bot.errors import BotError
 from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings

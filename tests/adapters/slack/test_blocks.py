@@ -19,7 +19,7 @@ from adapters.slack.blocks import (
     SlackMessage,
 )
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
-from bot.chat import CitationKind, CitationView, Reply, ReplyKind
+from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from testkit.slack_api import message_problem
 
 EXCERPT = CitationView(1, CitationKind.EXCERPT, 0, "l0.aa", "Handbook <v2> & notes", "https://x.test/f?a=1|2",

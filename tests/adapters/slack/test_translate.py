@@ -22,7 +22,7 @@ from adapters.slack.translate import (
     SlackFile,
     Unpinned,
 )
-from bot.chat import Command, Person, Vote
+from bot.neutral import Command, Person, Vote
 from raptor_engine.types import ChannelKey
 
 BOT = BotIdentity("UBOT", "BBOT", "T1")
