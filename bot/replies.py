@@ -17,6 +17,7 @@ from bot.texts.answers import (
     ask_your_own_text,
     citation_line,
     citation_view,
+    cited_text,
     demo_question_text,
     hit_line,
     vote_text,
@@ -63,7 +64,8 @@ from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short
 
 __all__ = [
     "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_STARTED", "SHORT_ID",
-    "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "count", "demo_question_text",
+    "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
+    "count", "demo_question_text",
     "error_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
     "layers_text", "megabytes", "node_text", "outline_text", "progress_text",
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",

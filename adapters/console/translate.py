@@ -19,10 +19,10 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot import replies
 from bot.commands import HELP, parse_command
 from bot.neutral import (
     ChannelKey,
-    CitationView,
     Command,
     Event,
     Person,
@@ -149,7 +149,7 @@ def render_reply(reply: Reply) -> str:
     """A reply as terminal text: an answer with its numbered sources, progress lines
     prefixed with ``… ``, errors with ``! `` and their reference."""
     if reply.kind is ReplyKind.ANSWER:
-        return render_answer(reply)
+        return replies.cited_text(reply.text, reply.warning, reply.citations)
     if reply.kind is ReplyKind.PROGRESS:
         return "\n".join(f"… {line}" for line in reply.text.splitlines() or [""])
     if reply.kind is ReplyKind.ERROR:
@@ -158,23 +158,6 @@ def render_reply(reply: Reply) -> str:
             text += f" (reference {reply.reference})"
         return f"! {text}"
     return reply.text
-
-
-def render_answer(reply: Reply) -> str:
-    lines = [reply.text]
-    if reply.warning:
-        lines.append(f"⚠ {reply.warning}")
-    if reply.citations:
-        lines.append("")
-        lines += [render_citation(citation) for citation in reply.citations]
-    return "\n".join(lines)
-
-
-def render_citation(citation: CitationView) -> str:
-    """``[1] summary (layer 2) · Title — “quote…” link (node ID)``; excerpts without a layer."""
-    kind = f"summary (layer {citation.layer})" if citation.layer else "excerpt"
-    link = f" {citation.link}" if citation.link else ""
-    return f"[{citation.number}] {kind} · {citation.title} — “{citation.quote}”{link} (node {citation.node_id})"
 
 
 def picture_notice(path: Path) -> str:

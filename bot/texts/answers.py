@@ -7,6 +7,8 @@ whose citation lines are the console chat's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from bot.texts.words import node_kind
 from raptor_engine import Answer, Citation, Hit
@@ -50,14 +52,19 @@ def citation_line(citation: CitationView) -> str:
 
 
 def answer_text(answer: Answer) -> str:
-    """The answer as plain text: its text, its warning (``⚠ ...``) if any, a blank line, then
-    one :func:`citation_line` per citation."""
-    lines = [answer.text]
-    if answer.warning:
-        lines.append(f"⚠ {answer.warning}")
-    if answer.citations:
+    """The answer as plain text (see :func:`cited_text`)."""
+    return cited_text(answer.text, answer.warning, [citation_view(c) for c in answer.citations])
+
+
+def cited_text(text: str, warning: str, citations: Sequence[CitationView]) -> str:
+    """An answer as plain text, in a terminal or the command line: ``text``, the ``warning``
+    (``⚠ ...``) if any, a blank line, then one :func:`citation_line` per citation."""
+    lines = [text]
+    if warning:
+        lines.append(f"⚠ {warning}")
+    if citations:
         lines.append("")
-        lines += [citation_line(citation_view(c)) for c in answer.citations]
+        lines += [citation_line(citation) for citation in citations]
     return "\n".join(lines)
 
 
