@@ -30,4 +30,4 @@ VOLUME ["/data"]
 # SIGTERM and SIGINT stop it cleanly: a running rebuild is interrupted and resumes at the next start.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["python", "-m", "bot", "--data-dir", "/data"]
-CMD ["chat"]
+CMD ["serve"]
