@@ -42,7 +42,7 @@ def test_the_model_summarises_and_answers(tmp_path: Path, stub: OpenAIStub, monk
     assert run("--config", config, "ingest", "--channel", "c", str(SAMPLE))[0] == 0
     code, out = run("--config", config, "rebuild", "--channel", "c")
     summaries = [r for r in stub.requests if r.path.endswith("/chat/completions")]
-    assert code == 0 and summaries and f"made {len(summaries)} summaries" in out
+    assert code == 0 and summaries and f"{len(summaries)} summaries written" in out
     assert "Write a summary of the following" in str(summaries[0].body)
     assert summaries[0].headers.get("authorization") == "Bearer sk-test-secret"
     code, out = run("--config", config, "ask", "--channel", "c", "When is the launch?")
