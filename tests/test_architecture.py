@@ -4,8 +4,8 @@ dependency a reader has to follow).
 
 * ``raptor_engine`` is a plain library: it imports nothing of ``bot``, ``adapters``,
   ``bench`` or ``tests``;
-* adapters translate between a platform and ``bot``'s public surface: they never import
-  ``raptor_engine``, and one platform's adapter never imports another's;
+* adapters translate between a platform and ``bot``'s public surface (``BOT_SURFACE``): they
+  never import ``raptor_engine``, and one platform's adapter never imports another's;
 * ``bot`` imports the engine only through its public API (``from raptor_engine import ...``);
 * ``bot`` imports adapters only in its composition root, which no adapter imports (the
   root hands each adapter a started bot);
@@ -32,6 +32,9 @@ COMPOSITION_ROOTS = frozenset({"bot.composition"})
 # What code outside the engine imports of it: the package's exported names (raptor_engine/__init__.py)
 # and its table of defaults and bounds.
 ENGINE_API = frozenset({"raptor_engine", "raptor_engine.defaults"})
+# What adapters may import of bot: its public surface (README, "A new platform").
+BOT_SURFACE = frozenset({"bot", "bot.neutral", "bot.runtime", "bot.replies", "bot.commands", "bot.config",
+                         "bot.errors", "bot.samples"})
 
 
 def module_name(path: Path) -> str:
@@ -128,6 +131,8 @@ def _rule_broken(source: str, target: str) -> str | None:
         return "bot imports the engine by a module path (use raptor_engine's public API)"
     if top(source) == "adapters" and target in COMPOSITION_ROOTS:
         return "an adapter imports the composition root (it receives a started bot instead)"
+    if top(source) == "adapters" and top(target) == "bot" and target not in BOT_SURFACE:
+        return "an adapter imports bot beyond its public surface"
     return None
 
 
@@ -185,6 +190,7 @@ def test_no_modules_import_each_other() -> None:
     ("bot.cli", "adapters.registry"),
     ("adapters.console.app", "bot.composition"),
     ("bot.handler", "raptor_engine.engine"),
+    ("adapters.slack.app", "bot.handler"),
 ])
 def test_each_rule_catches_its_back_edge(source: str, target: str) -> None:
     assert back_edges({source: {target}}) != []
