@@ -65,7 +65,7 @@ class SentenceTransformerEmbedder:
         # An export loads in a fraction of a second: here, never on a thread. A process that ended
         # while a thread of its own was starting ONNX Runtime aborted ("terminate called without
         # an active exception"), as one that ends while a thread is in torch's exporter does.
-        if background and not self._export_ready():
+        if background and self._ready_export() is None:
             self._loading = threading.Thread(target=self._load_quietly, name="embedding-model-load", daemon=True)
             self._loading.start()
         else:
@@ -78,17 +78,19 @@ class SentenceTransformerEmbedder:
             return None
         return export_path(cache_dir, model_dir)
 
-    def _export_ready(self) -> bool:
-        return self._export is not None and self._export.is_file()
+    def _ready_export(self) -> Path | None:
+        """The model's export when it is there to load, else None."""
+        return self._export if self._export is not None and self._export.is_file() else None
 
     def _load(self) -> None:
-        if self._export is not None and self._export.is_file():
+        export = self._ready_export()
+        if export is not None:
             try:
-                self._encoder = OnnxEncoder(self._export, Path(self._location), self._threads)
+                self._encoder = OnnxEncoder(export, Path(self._location), self._threads)
                 return
             except ProviderError as exc:  # a damaged file: the model is loaded as before, and exported anew
                 log.warning("%s; loading the model with sentence-transformers instead", exc)
-                self._export.unlink(missing_ok=True)
+                export.unlink(missing_ok=True)
         from sentence_transformers import SentenceTransformer  # heavy: import on use
 
         try:
@@ -108,7 +110,7 @@ class SentenceTransformerEmbedder:
                 self._exporter.wait(timeout)
             except subprocess.TimeoutExpired:
                 return False
-        return self._export_ready()
+        return self._ready_export() is not None
 
     def _load_quietly(self) -> None:
         """:meth:`_load` on the loading thread; its error waits for the first caller."""
