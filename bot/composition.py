@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
+from bot import replies
 from bot.build_lock import MachineBuildLocks
 from bot.config import MB, Config
 from bot.data_lock import DataLock, lock_data_dir
@@ -263,11 +264,10 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
     The bot stops before the adapters close, so that people whose rebuild was interrupted
     are told while the platforms can still carry the message. ``say`` tells the operator
     at the terminal what happens (starting, serving, stopped)."""
-    names = " and ".join(adapter.name for adapter in adapters)
     if all(adapter.ends_on_its_own for adapter in adapters):
-        say("Starting (loading the embedding model)…")
+        say(replies.SESSION_STARTING)
     else:
-        say(f"Serving {names}; stop with Ctrl-C or SIGTERM.")
+        say(replies.serving_text([adapter.name for adapter in adapters]))
     bot = await open_bot(config)
     await bot.start()
     tasks = {asyncio.ensure_future(adapter.serve(bot)): adapter for adapter in adapters}
@@ -283,5 +283,5 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        say("Bye.")
+        say(replies.SESSION_ENDED)
 

@@ -47,7 +47,6 @@ from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
 from bot.neutral import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.rate_limits import RateLimiter
-from bot.replies import outline_text as render_outline_text
 from bot.scheduler import RequestResult
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
@@ -243,7 +242,7 @@ class ChatHandler:
         picture = await asyncio.to_thread(render_png, outline)
         reply = Reply(
             ReplyKind.INFO,
-            render_outline_text(outline),
+            replies.outline_text(outline),
             attachments=(Attachment(TREE_PICTURE_NAME, picture),),
             thread=command.thread,
         )

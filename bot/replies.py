@@ -36,6 +36,7 @@ from bot.texts.requests import (
     upload_limit_text,
     usage_text,
 )
+from bot.texts.session import SESSION_ENDED, SESSION_STARTING, serving_text
 from bot.texts.sources import (
     FILE_TYPES,
     added_text,
@@ -63,7 +64,8 @@ from bot.texts.tree import (
 from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short_id, when
 
 __all__ = [
-    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_STARTED", "SHORT_ID",
+    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_STARTED", "SESSION_ENDED", "SESSION_STARTING",
+    "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",
     "error_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",

@@ -6,7 +6,8 @@
 * :mod:`bot.texts.tree` — the tree's state, one node, build progress and reports;
 * :mod:`bot.texts.outline` — the tree outline, as text and as the picture's labels;
 * :mod:`bot.texts.sources` — sources listed, added, refused and removed;
-* :mod:`bot.texts.requests` — help, usage, refusals, rate limits and errors.
+* :mod:`bot.texts.requests` — help, usage, refusals, rate limits and errors;
+* :mod:`bot.texts.session` — what the operator reads as a serving session starts and ends.
 
 All functions are pure: plain values in, plain text (or a neutral reply) out; nothing
 here calls the engine or a platform. Adapters may add their platform's formatting.
