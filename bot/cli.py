@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
 SERVE = "serve"
+WORKER = "worker"
 SERVE_ALIASES = ("chat",)  # its name before Slack and Discord were served too
 CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
         sub.set_defaults(command=name)  # an alias runs the command it stands for
-        if name not in ("demo", SERVE):
+        if name not in ("demo", SERVE, WORKER):
             sub.add_argument("--channel", required=True, help="the channel's name")
         return sub
 
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "else chat in this terminal (the default command)", SERVE_ALIASES)
     serve.add_argument("--channel", help="the console channel's name (default: console.channel of the configuration)")
 
+    command(WORKER, "take rebuild jobs from the coordination server's queue until stopped "
+                    "(several processes: needs coordination.redis_url and chroma.host)")
     command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
     command("rebuild", "build the channel's tree from its sources")
     command("ask", "answer a question with citations").add_argument("question")
@@ -91,7 +94,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
     configure_logging("WARNING", args.verbose)  # until the configuration is read
     try:
         config = load_config(args.config)
-        configure_logging(config.log_level, args.verbose)
+        configure_logging(config.log_level, args.verbose, config.observability.log_format, args.command)
         if args.data_dir is not None:
             config = config.model_copy(update={"data_dir": args.data_dir})
         return _run(args, config, stdin, stdout)
@@ -108,13 +111,21 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
 _CHATTY_LIBRARIES = ("numba", "urllib3", "httpcore", "PIL", "matplotlib", "filelock", "fsspec")
 
 
-def configure_logging(level: str, verbose: bool) -> None:
+def configure_logging(level: str, verbose: bool, log_format: str = "text", command: str = "") -> None:
     """Logs at ``level`` (the configuration's ``log_level``), or at INFO where ``-v`` asks for
-    more. Python warnings go through logging too, so that they follow the same level and format."""
+    more; as text lines, or as one JSON object per line (``observability.log_format: json``)
+    naming the process's role (the ``command``), the channel and the error reference. Python
+    warnings go through logging too, so that they follow the same level and format."""
     threshold = logging.getLevelName(level)
     if verbose:
         threshold = min(threshold, logging.INFO)
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    if log_format == "json":
+        from bot.observability.log_format import json_handler, set_process_role
+
+        set_process_role(command)
+        logging.basicConfig(handlers=[json_handler()], force=True)
+    else:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(threshold)
     for name in _CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(threshold, logging.INFO))
@@ -124,6 +135,10 @@ def configure_logging(level: str, verbose: bool) -> None:
 def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO) -> int:
     if args.command == SERVE:
         return _serve(config, args.channel, stdin, stdout)
+    if args.command == WORKER:
+        from bot.composition import run_worker
+
+        return run_worker(config)
     held = _start_clustering(config) if args.command in CLUSTERING else None  # noqa: F841  # the lock, until the store holds it
     from bot import replies
     from bot.composition import build_engine  # heavy: only once arguments are valid

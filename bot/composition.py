@@ -25,10 +25,12 @@ from bot import replies
 from bot.build_lock import MachineBuildLocks
 from bot.config import MB, Config
 from bot.data_lock import DataLock, lock_data_dir
+from bot.errors import ConfigError
 from bot.memory import limit_heap_growth
 from bot.paths import machine_home, user_cache
 from raptor_engine import (
     Answerer,
+    BuildGuard,
     ChromaStore,
     ClusteringSettings,
     Embedder,
@@ -50,6 +52,7 @@ from raptor_engine import (
 
 if TYPE_CHECKING:
     from adapters.protocol import Adapter
+    from bot.observability.endpoints import HealthServer
     from bot.runtime import Assistant
     from raptor_engine import LLMSettings
 
@@ -169,13 +172,14 @@ def llm_settings(config: Config) -> LLMSettings:
     )
 
 
-def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
+def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGuard | None = None) -> Engine:
     """The engine the configuration describes: the offline defaults, with the
     language model summarising and answering where ``llm.base_url`` is set, and
     embedding through its API where ``embedder.provider`` is ``api``. With
     ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once and
     the embedding model loads on a thread, so that the worker's start, loading the
-    model and the first clustering overlap instead of following one another."""
+    model and the first clustering overlap instead of following one another. ``guard``
+    replaces the configuration's build guard (a rebuild worker shares its leases with it)."""
     settings = engine_settings(config)
     log.info("%s", describe_models(config))
     store = open_store(config)
@@ -192,7 +196,8 @@ def build_engine(config: Config, *, clusters_soon: bool = False) -> Engine:
         embedder, counter = _local_embedder(config, clusters_soon)
         summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
         answerer = ExtractiveAnswerer(embedder, ExtractiveSettings(summary_chars=config.retrieval.summary_chars))
-    return Engine(store, embedder, counter, summarizer, answerer, settings, build_guard=build_guard(config))
+    return Engine(store, embedder, counter, summarizer, answerer, settings,
+                  build_guard=guard or build_guard(config))
 
 
 def _local_embedder(config: Config, clusters_soon: bool) -> tuple[Embedder, TokenCounter]:
@@ -226,11 +231,17 @@ def _with_language_model(config: Config, settings: EngineSettings,
     return embedder, counter, LLMSummarizer(client, counter, llm), LLMAnswerer(client, llm)
 
 
-def build_guard(config: Config) -> MachineBuildLocks | None:
-    """With a Chroma server, the build locks that keep two processes of this machine from
-    rebuilding one channel at once; None for the embedded store, whose data directory's
-    lock already keeps every other process out."""
+def build_guard(config: Config) -> BuildGuard | None:
+    """With coordination, the channel leases in Redis that keep any two processes from
+    rebuilding one channel at once. Else, with a Chroma server, the build locks that keep
+    two processes of this machine from it; None for the embedded store, whose data
+    directory's lock already keeps every other process out."""
     chroma = config.chroma
+    if config.coordination.enabled:
+        from bot.coordination.lease import ChannelLeases
+        from bot.coordination.link import RedisLink
+
+        return ChannelLeases(RedisLink(config.coordination), config.coordination.lease_s)
     if not chroma.host:
         return None
     return MachineBuildLocks.for_server(machine_home(config), chroma.host, chroma.port, chroma.tenant, chroma.database)
@@ -243,7 +254,11 @@ async def open_bot(config: Config) -> Assistant:
 
     limit_heap_growth()  # before the engine starts its threads: a bot runs for months
     engine = await asyncio.to_thread(build_engine, config)
-    return Assistant(config, engine)
+    if not config.coordination.enabled:
+        return Assistant(config, engine)
+    from bot.coordination.front_end import front_end
+
+    return Assistant(config, engine, front_end=front_end(config, engine))
 
 
 def chosen_adapters(config: Config, stdin: TextIO, write: Callable[[str], None],
@@ -270,6 +285,7 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
         say(replies.serving_text([adapter.name for adapter in adapters]))
     bot = await open_bot(config)
     await bot.start()
+    health = await _serve_health(config, bot)
     tasks = {asyncio.ensure_future(adapter.serve(bot)): adapter for adapter in adapters}
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -283,5 +299,58 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if health is not None:
+            await health.stop()
         say(replies.SESSION_ENDED)
+
+
+async def _serve_health(config: Config, bot: Assistant) -> HealthServer | None:
+    """``/metrics``, ``/healthz`` and ``/readyz`` of a serving process, if ``observability.port`` is set."""
+    if not config.observability.port:
+        return None
+    from bot.engine_calls import AsyncEngine
+    from bot.observability.endpoints import HealthServer
+    from bot.observability.probes import add_probes
+
+    server = HealthServer(bot.metrics)
+    link = bot.front_end.link if bot.front_end is not None else None
+    add_probes(server, config, AsyncEngine(bot.engine), link)
+    if bot.front_end is not None:
+        bot.metrics.watch_queue(bot.front_end.rebuilds.depth)
+    port = await server.start(config.observability.host, config.observability.port)
+    log.info("metrics and health checks on %s:%d", config.observability.host, port)
+    return server
+
+
+def run_worker(config: Config) -> int:
+    """``python -m bot worker``: takes rebuild jobs from the coordination server's queue until
+    SIGTERM or SIGINT. Raises ``ConfigError`` without ``coordination.redis_url``."""
+    if not config.coordination.enabled:
+        raise ConfigError("the worker takes rebuild jobs from a coordination server: set coordination.redis_url "
+                          "(and chroma.host); with neither, `python -m bot serve` rebuilds in its own process")
+    from bot.coordination.lease import ChannelLeases
+    from bot.coordination.link import RedisLink
+    from bot.coordination.rebuild_queue import RebuildQueue
+    from bot.coordination.worker import serve_worker
+    from bot.engine_calls import AsyncEngine
+    from bot.observability.endpoints import HealthServer
+    from bot.observability.metrics import Metrics
+    from bot.observability.probes import add_probes
+
+    link = RedisLink(config.coordination)
+    leases = ChannelLeases(link, config.coordination.lease_s)
+    engine = build_engine(config, clusters_soon=True, guard=leases)
+    metrics = Metrics()
+    server = None
+    if config.observability.port:
+        server = HealthServer(metrics)
+        add_probes(server, config, AsyncEngine(engine), link)
+        metrics.watch_queue(RebuildQueue(link, config.coordination.job_timeout_s).depth)
+        port = server.start_in_thread(config.observability.host, config.observability.port)
+        log.info("metrics and health checks on %s:%d", config.observability.host, port)
+    try:
+        return serve_worker(config, engine, link, leases, metrics)
+    finally:
+        if server is not None:
+            server.stop_thread()
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from bot.deploy_config import CoordinationConfig, ObservabilityConfig
 from bot.errors import ConfigError
 from raptor_engine import defaults
 
@@ -298,6 +299,15 @@ class Config(_Section):
     console: ConsoleConfig = ConsoleConfig()
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
+    coordination: CoordinationConfig = CoordinationConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+
+    @model_validator(mode="after")
+    def _processes_share_a_chroma_server(self) -> Config:
+        if self.coordination.enabled and not self.chroma.host:
+            raise ValueError("coordination.redis_url runs several processes, which need a Chroma server "
+                             "(chroma.host): an embedded data directory belongs to one process")
+        return self
 
     @model_validator(mode="after")
     def _api_embedder_has_an_endpoint(self) -> Config:

@@ -59,6 +59,9 @@ class AsyncEngine:
     async def vote(self, key: ChannelKey, answer_id: str, voter: str, up: bool) -> AnswerRecord:
         return await asyncio.to_thread(self.engine.vote, key, answer_id, voter, up)
 
+    async def store_reachable(self) -> bool:
+        return await asyncio.to_thread(self.engine.store_reachable)
+
     async def channels(self) -> list[ChannelKey]:
         return await asyncio.to_thread(self.engine.channels)
 

@@ -42,18 +42,34 @@ from typing import TYPE_CHECKING
 
 from bot import commands, replies
 from bot.config import Config
+from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
-from bot.neutral import Attachment, Command, Event, Person, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
-from bot.rate_limits import RateLimiter
+from bot.neutral import (
+    Attachment,
+    Command,
+    Event,
+    Person,
+    Pin,
+    Question,
+    Reply,
+    ReplyAddress,
+    ReplyKind,
+    Send,
+    Unpin,
+    Upload,
+    Vote,
+)
+from bot.observability.log_format import channel_context
+from bot.observability.metrics import Metrics
 from bot.scheduler import RequestResult
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
 from raptor_engine import Answer, ChannelKey, RaptorError
 
 if TYPE_CHECKING:
-    from bot.scheduler import RebuildScheduler
+    from bot.rebuild_service import RebuildService
     from raptor_engine import Engine, IngestResult
 
 log = logging.getLogger(__name__)
@@ -81,28 +97,37 @@ class ChatHandler:
         self,
         engine: Engine,
         config: Config,
-        scheduler: RebuildScheduler,
+        scheduler: RebuildService,
         clock: Callable[[], float] = time.monotonic,
+        limiters: LimiterFactory | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        """``limiters`` makes the rate limiters (default: counted in this process; with several
+        replicas, counted in Redis). ``clock`` is for local limiters only (tests pass their own)."""
         self._engine = AsyncEngine(engine)
         self._config = config
         self._scheduler = scheduler
+        self.metrics = metrics or Metrics()
         # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
-        self._questions = RateLimiter(0, 60.0, clock=clock)
-        self._rebuilds = RateLimiter(0, HOUR_S, clock=clock)
-        self._uploads = RateLimiter(0, HOUR_S, clock=clock)
-        self._upload_bytes = RateLimiter(0, DAY_S, clock=clock)
+        make = limiters or local_limiters(clock)
+        self._questions = make("questions", 60.0)
+        self._rebuilds = make("rebuilds", HOUR_S)
+        self._uploads = make("uploads", HOUR_S)
+        self._upload_bytes = make("upload-bytes", DAY_S)
 
     async def handle(self, event: Event, send: Send) -> None:
         """Handles one event, replying through ``send``; never raises for a failure of the
         event itself (see the module docstring). Cancellation passes through."""
         thread = getattr(event, "thread", "")
         try:
-            await self._dispatch(event, send)
+            with channel_context(str(event.channel)):  # every log line of this event names its channel
+                await self._dispatch(event, send)
         except (RaptorError, BotError) as exc:
             log.info("%s refused: %s", type(event).__name__, exc)
+            self.metrics.count_error(type(exc).__name__)
             await self._send_error(send, Reply(ReplyKind.ERROR, replies.error_text(exc), thread=thread))
         except Exception:
+            self.metrics.count_error("unexpected")
             reference = log_failure(log, "handling %s failed (reference %s)", type(event).__name__)
             reply = Reply(ReplyKind.ERROR, replies.unexpected_text(reference), reference=reference, thread=thread)
             await self._send_error(send, reply)
@@ -133,25 +158,38 @@ class ChatHandler:
     # -- questions ----------------------------------------------------------------
 
     async def _question(self, event: Question | Command, text: str, send: Send) -> None:
-        """Answers ``text`` (a question, or the argument of ``ask``) with citations, in its thread."""
+        """Answers ``text`` (a question, or the argument of ``ask``) with citations, in its thread,
+        and counts it (with its time) by outcome."""
+        started = time.monotonic()
+        outcome = "failed"
+        try:
+            outcome = await self._answer(event, text, send)
+        finally:
+            self.metrics.observe_question(event.channel.platform, outcome, time.monotonic() - started)
+
+    async def _answer(self, event: Question | Command, text: str, send: Send) -> str:
+        """Answers and returns the outcome: ``answered``, ``not_found`` or ``refused``."""
         if not text.strip():
             await send(Reply(ReplyKind.INFO, replies.EMPTY_QUESTION, thread=event.thread))
-            return
+            return "refused"
         key = event.channel
         limit = self._config.bot.rate_limits_for(str(key)).questions_per_user_per_minute
-        wait = self._questions.try_acquire((key, event.person.id), limit=limit)
+        wait = await self._questions.try_acquire((key, event.person.id), limit=limit)
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.question_limit_text(limit, wait), private=True, thread=event.thread))
-            return
+            return "refused"
         context = event.context if isinstance(event, Question) else ()
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
         answer = await self._engine.answer(key, query)
         if not answer.found and not await self._engine.sources(key):
             await send(Reply(ReplyKind.INFO, replies.NO_MATERIAL, thread=event.thread))
-            return
+            return "not_found"
+        if self._config.llm.base_url:
+            self.metrics.count_model_call("answer")  # the answer's tokens are not reported back
         answer_id = await self._keep(key, text, answer, event.person.label)
         log.info("channel %s: answer %s with %d citation(s)", key, answer_id or "-", len(answer.citations))
         await send(replies.answer_reply(answer, thread=event.thread, answer_id=answer_id))
+        return "answered" if answer.found else "not_found"
 
     async def _keep(self, key: ChannelKey, question: str, answer: Answer, asked_by: str) -> str:
         """Keeps the answer for votes; its id, or "" when it could not be kept (the answer
@@ -207,18 +245,19 @@ class ChatHandler:
             await send(Reply(ReplyKind.ERROR, replies.NO_MATERIAL, thread=command.thread))
             return
         limit = self._config.bot.rate_limits_for(str(key)).rebuilds_per_channel_per_hour
-        wait = self._rebuilds.try_acquire(key, limit=limit)
+        wait = await self._rebuilds.try_acquire(key, limit=limit)
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.rebuild_limit_text(limit, wait), thread=command.thread))
             return
-        result = await self._scheduler.request(key, command.person.label, send)
+        address = ReplyAddress(key, command.thread)
+        result = await self._scheduler.request(key, command.person.label, send, address)
         # A queued request is announced by the scheduler itself (it says so through ``send``).
         if result is RequestResult.STARTED:
             await self._info(send, command, replies.REBUILD_STARTED)
 
     async def _status(self, command: Command, send: Send) -> None:
         stats = await self._engine.stats(command.channel)
-        schedule = self._scheduler.status(command.channel)
+        schedule = await self._scheduler.status(command.channel)
         await self._info(send, command, replies.status_text(stats, schedule))
 
     async def _forget(self, command: Command, send: Send) -> None:
@@ -278,7 +317,7 @@ class ChatHandler:
             stored = not result.duplicate
         finally:
             if not stored:  # only what is stored spends the channel's budget (not a duplicate, not a rejected file)
-                self._upload_bytes.refund(key, size)
+                await self._upload_bytes.refund(key, size)
         self._scheduler.watch(key)
         await send(Reply(ReplyKind.INFO, replies.added_text(result)))
 
@@ -299,14 +338,14 @@ class ChatHandler:
         # The channel's admins are trusted with many uploads (a Discord pin, made by a Manage Messages
         # holder, arrives with no person at all); the channel's byte budget still holds for them.
         per_person = 0 if commands.may_manage(person, key, self._config.bot) else limits.uploads_per_user_per_hour
-        wait = self._uploads.try_acquire(mine, limit=per_person)
+        wait = await self._uploads.try_acquire(mine, limit=per_person)
         if wait > 0:
             text = replies.upload_limit_text(name, limits.uploads_per_user_per_hour, wait)
             return Reply(ReplyKind.INFO, text, private=True)
         budget = megabytes_to_bytes(limits.upload_mb_per_channel_per_day)
-        wait = self._upload_bytes.try_acquire(key, size, limit=budget)
+        wait = await self._upload_bytes.try_acquire(key, size, limit=budget)
         if wait > 0:
-            self._uploads.refund(mine)  # refused: it is not one of their uploads of the hour
+            await self._uploads.refund(mine)  # refused: it is not one of their uploads of the hour
             return Reply(ReplyKind.INFO, replies.upload_budget_text(name, size, budget, wait), private=True)
         return None
 

@@ -175,3 +175,18 @@ class Reply:
 Send = Callable[[Reply], Awaitable[None]]
 """How the bot speaks to the channel an event came from; adapters provide it.
 A send may happen long after the event (a rebuild's progress and result)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyAddress:
+    """Where a reply can be posted later by any process serving the platform (a rebuild's
+    progress and result, when another process ran it): the channel and the thread the
+    request came from (empty: the channel itself). Plain strings, so it can be queued."""
+
+    channel: ChannelKey
+    thread: str = ""
+
+
+Courier = Callable[[ReplyAddress], Send]
+"""An adapter's way to speak to a channel it has no event from: given an address of its
+platform, a ``Send`` that posts there. Adapters register one with the running bot."""

@@ -51,7 +51,9 @@ from bot.texts.sources import (
     unpinned_text,
 )
 from bot.texts.tree import (
+    REBUILD_ENQUEUED,
     REBUILD_STARTED,
+    REBUILDS_WAIT,
     layers_text,
     node_text,
     progress_text,
@@ -64,7 +66,7 @@ from bot.texts.tree import (
 from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short_id, when
 
 __all__ = [
-    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_STARTED", "SESSION_ENDED", "SESSION_STARTING",
+    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",

@@ -33,10 +33,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from bot.config import Config
+from bot.coordination.deliveries import DeliveryLedger, LocalLedger
+from bot.coordination.front_end import FrontEnd
 from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
-from bot.neutral import ChannelKey, SourceView
+from bot.neutral import ChannelKey, Courier, SourceView
+from bot.observability.metrics import Metrics
 from bot.process_exit import end_process
+from bot.rebuild_service import RebuildService
 from bot.scheduler import RebuildScheduler
 from raptor_engine import Engine
 
@@ -49,20 +53,42 @@ THREADS_GRACE_S = 2.0  # after the signal, work running in worker threads may fi
 
 
 class Assistant:
-    """One engine, its rebuild scheduler, and the handler every adapter feeds."""
+    """One engine, its rebuild service, and the handler every adapter feeds.
 
-    def __init__(self, config: Config, engine: Engine) -> None:
+    Alone (no ``front_end``), it rebuilds in this process and remembers events here. As a
+    front-end of several processes, rebuilds go to the workers' queue, events and rate
+    limits are shared through Redis, and workers' replies are posted from here.
+    """
+
+    def __init__(self, config: Config, engine: Engine, deliveries: DeliveryLedger | None = None,
+                 front_end: FrontEnd | None = None) -> None:
         self.config = config
         self.engine = engine
+        self.front_end = front_end
+        self.metrics = Metrics()
         self._calls = AsyncEngine(engine)
-        self.scheduler = RebuildScheduler(engine, config.bot)
-        self.handler = ChatHandler(engine, config, self.scheduler)
+        self.scheduler: RebuildService
+        if front_end is not None:
+            self.scheduler = front_end.rebuilds
+            self.deliveries: DeliveryLedger = front_end.deliveries
+        else:
+            self.scheduler = RebuildScheduler(engine, config.bot, self.metrics)
+            self.deliveries = deliveries or LocalLedger()
+        limiters = front_end.limiters if front_end is not None else None
+        self.handler = ChatHandler(engine, config, self.scheduler, limiters=limiters, metrics=self.metrics)
+        self.couriers: dict[str, Courier] = {}
         self._warm_up: threading.Thread | None = None
+        self._reader: asyncio.Task[None] | None = None
 
     async def start(self, warm_up: bool = True) -> None:
         """Starts the scheduler and, with ``warm_up``, compiles UMAP's numba kernels in a
         background thread. Returns at once: the first question does not wait for the compile."""
         await self.scheduler.start()
+        if self.front_end is not None:
+            # Workers' replies (rebuild progress and results) posted through the adapters' couriers.
+            reader = self.front_end.reader(self.couriers)
+            self._reader = asyncio.get_running_loop().create_task(reader.run(), name="rebuild replies")
+            return  # a front-end never clusters: no UMAP to warm up
         if warm_up and self._warm_up is None:
             # A daemon thread, not asyncio.to_thread: stopping must not wait for a compile
             # that nobody needs any more (the default executor is joined at shutdown).
@@ -70,8 +96,15 @@ class Assistant:
             self._warm_up.start()
 
     async def stop(self) -> None:
-        """Stops the scheduler (see ``RebuildScheduler.stop`` for what happens to a running rebuild)."""
+        """Stops the scheduler (see ``RebuildScheduler.stop`` for what happens to a running rebuild)
+        and, on a front-end, the reader of workers' replies and the Redis connection."""
         await self.scheduler.stop()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+        if self.front_end is not None:
+            await self.front_end.link.close()
 
     async def sources(self, key: ChannelKey) -> list[SourceView]:
         """The channel's sources, read in a worker thread."""
@@ -83,6 +116,18 @@ class Assistant:
         """The largest file the bot takes (``files.max_mb``): adapters refuse larger ones
         before downloading them, or download one byte more to tell."""
         return self.engine.settings.max_file_bytes
+
+    async def first_delivery(self, event_id: str) -> bool:
+        """True the first time any replica asks about ``event_id`` (a platform-qualified id:
+        ``slack:event:Ev123``, ``discord:message:456``), False for every later delivery of it:
+        the adapter then drops the event. One process without Redis remembers its own."""
+        return await self.deliveries.first(event_id)
+
+    def add_courier(self, platform: str, courier: Courier) -> None:
+        """Lets the bot post to channels of ``platform`` (``ChannelKey.platform``) without an
+        event to answer: a rebuild's progress and result when another process ran it. Each
+        adapter registers one when it starts serving."""
+        self.couriers[platform] = courier
 
     def keep_scheduled(self, key: ChannelKey) -> None:
         """Schedules the channel's rebuild checks again (after a restart; a channel is

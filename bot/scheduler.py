@@ -35,14 +35,25 @@ from bot.config import BotConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
 from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
-from bot.neutral import Reply, ReplyKind, Send
+from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
+from bot.observability.metrics import Metrics
 from bot.replies import progress_text, rebuild_failed_text, report_sentence
 from bot.schedule_status import ScheduleStatus
-from raptor_engine import BuildProgress, ChannelKey, Engine, RaptorError, TreeStats
+from raptor_engine import (
+    BuildBusy,
+    BuildProgress,
+    BuildSuperseded,
+    ChannelKey,
+    Engine,
+    NothingToBuild,
+    RaptorError,
+    TreeStats,
+)
 
 log = logging.getLogger(__name__)
 
 NOTE = "rebuild_requested"  # the store note marking a manual rebuild not finished yet
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # aligned intervals count from here
 MISFIRE_GRACE_S = 600  # a check delayed this long (busy loop, suspended host) still runs; coalesce merges the rest
 STOP_NOTICE_TIMEOUT_S = 2.0  # how long stop() waits for each "interrupted" notice to be sent
 QUEUED_TEXT = "A rebuild is running; yours is queued and starts when it ends."
@@ -103,8 +114,9 @@ class RebuildScheduler:
     Not thread-safe: every method is called from the event loop it was started on.
     """
 
-    def __init__(self, engine: Engine, config: BotConfig) -> None:
+    def __init__(self, engine: Engine, config: BotConfig, metrics: Metrics | None = None) -> None:
         self._engine = AsyncEngine(engine)
+        self._metrics = metrics
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}
         self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
@@ -162,8 +174,9 @@ class RebuildScheduler:
 
     # -- requests ----------------------------------------------------------------
 
-    async def request(self, key: ChannelKey, requested_by: str, send: Send | None = None) -> RequestResult:
-        """A manual rebuild: returns at once; the rebuild runs in a task. Writes the note before
+    async def request(self, key: ChannelKey, requested_by: str, send: Send | None = None,
+                      address: ReplyAddress | None = None) -> RequestResult:
+        """A manual rebuild (``address`` is not needed: the result goes to ``send``): returns at once; the rebuild runs in a task. Writes the note before
         starting, clears it when the build ends (success or BuildError/NothingToBuild) but not when cancelled.
 
         ``send`` hears the progress and the result (and, when QUEUED, that it waits).
@@ -211,7 +224,7 @@ class RebuildScheduler:
 
     # -- inspection --------------------------------------------------------------
 
-    def status(self, key: ChannelKey) -> ScheduleStatus:
+    async def status(self, key: ChannelKey) -> ScheduleStatus:
         """Whether a rebuild of the channel runs or waits, and when its next scheduled check is."""
         state = self._states.get(key)
         job = self.job(key)
@@ -252,8 +265,7 @@ class RebuildScheduler:
         return self._states[key]
 
     def _schedule_of(self, key: ChannelKey) -> ScheduleConfig:
-        channel = self._config.channels.get(str(key))
-        return channel.schedule if channel is not None and channel.schedule is not None else self._config.schedule
+        return schedule_of(self._config, key)
 
     def _add_job(self, key: ChannelKey) -> None:
         assert self._scheduler is not None
@@ -263,7 +275,7 @@ class RebuildScheduler:
             return
         self._scheduler.add_job(
             self.check,
-            _trigger(schedule),
+            trigger_for(schedule),
             args=[key],
             id=_job_id(key),
             name=f"rebuild check of {key}",
@@ -328,27 +340,58 @@ class RebuildScheduler:
     async def _build(self, key: ChannelKey, batch: _Batch) -> None:
         """One rebuild, reported to the batch's requesters (or the log). Never raises but CancelledError."""
         log.info("channel %s: rebuild started (%s)", key, batch.describe())
-        sends = batch.sends
-        relay = ProgressRelay(sends, self._config.progress_every_s) if sends else None
-        try:
-            report = await self._engine.rebuild(key, relay)
-        except asyncio.CancelledError:
-            if relay is not None:
-                relay.cancel()
-            raise
-        except RaptorError as exc:
-            reply = Reply(ReplyKind.ERROR, explain(exc))
-            log.warning("channel %s: rebuild failed (%s): %s", key, batch.describe(), exc)
-        except Exception:
-            reference = log_failure(log, "channel %s: rebuild failed unexpectedly (reference %s)", key)
-            reply = Reply(ReplyKind.ERROR, rebuild_failed_text(reference), reference=reference)
-        else:
-            reply = Reply(ReplyKind.INFO, report_sentence(report))
-            log.info("channel %s: rebuild finished (%s): %s", key, batch.describe(), reply.text)
-        if relay is not None:
-            await relay.close()  # no progress reply may arrive after the result
+        reply, _ = await rebuild_and_report(self._engine, key, batch.sends, self._config.progress_every_s,
+                                            batch.describe(), self._metrics)
         batch.answered = True
-        await asyncio.gather(*(_send_safely(send, reply) for send in sends))
+        await asyncio.gather(*(_send_safely(send, reply) for send in batch.sends))
+
+
+async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequence[Send], progress_every_s: float,
+                             why: str, metrics: Metrics | None = None) -> tuple[Reply, Exception | None]:
+    """Rebuilds ``key``, relaying progress to ``sends``, and returns the reply that tells the
+    result (not sent yet) with the error that ended the build, if any. Engine errors become
+    the person's reply; anything else is logged with a reference the reply quotes. Raises
+    only ``CancelledError`` (the progress relay is stopped first)."""
+    relay = ProgressRelay(sends, progress_every_s) if sends else None
+    error: Exception | None = None
+    started = time.monotonic()
+    try:
+        report = await engine.rebuild(key, relay)
+    except asyncio.CancelledError:
+        if relay is not None:
+            relay.cancel()
+        raise
+    except RaptorError as exc:
+        error = exc
+        reply = Reply(ReplyKind.ERROR, explain(exc))
+        log.warning("channel %s: rebuild failed (%s): %s", key, why, exc)
+    except Exception as exc:
+        error = exc
+        reference = log_failure(log, "channel %s: rebuild failed unexpectedly (reference %s)", key)
+        reply = Reply(ReplyKind.ERROR, rebuild_failed_text(reference), reference=reference)
+    else:
+        reply = Reply(ReplyKind.INFO, report_sentence(report))
+        log.info("channel %s: rebuild finished (%s): %s", key, why, reply.text)
+        if metrics is not None:
+            metrics.count_model_calls("summary", report.model_calls, report.prompt_tokens + report.completion_tokens)
+    if metrics is not None:
+        metrics.observe_rebuild(_outcome(error), time.monotonic() - started)
+    if relay is not None:
+        await relay.close()  # no progress reply may arrive after the result
+    return reply, error
+
+
+def _outcome(error: Exception | None) -> str:
+    """A rebuild's outcome as the metrics label it."""
+    if error is None:
+        return "built"
+    if isinstance(error, BuildBusy):
+        return "busy"
+    if isinstance(error, BuildSuperseded):
+        return "superseded"
+    if isinstance(error, NothingToBuild):
+        return "nothing_to_build"
+    return "failed"
 
 
 class ProgressRelay:
@@ -417,11 +460,21 @@ def _job_id(key: ChannelKey) -> str:
     return f"rebuild-check:{key}"
 
 
-def _trigger(schedule: ScheduleConfig) -> BaseTrigger:
-    """The cron line if set (server time), else the interval."""
+def trigger_for(schedule: ScheduleConfig, aligned: bool = False) -> BaseTrigger:
+    """The cron line if set (server time), else the interval. ``aligned`` intervals fire at
+    multiples of the interval since 2000-01-01 UTC, so replicas started at different times
+    fire together (and agree on which period a check belongs to)."""
     if schedule.cron is not None:
         return CronTrigger.from_crontab(schedule.cron)
+    if aligned:
+        return IntervalTrigger(minutes=schedule.every_minutes, start_date=EPOCH)
     return IntervalTrigger(minutes=schedule.every_minutes)
+
+
+def schedule_of(config: BotConfig, key: ChannelKey) -> ScheduleConfig:
+    """The channel's own schedule where configured, else the bot's."""
+    channel = config.channels.get(str(key))
+    return channel.schedule if channel is not None and channel.schedule is not None else config.schedule
 
 
 async def _send_safely(send: Send, reply: Reply) -> None:

@@ -24,7 +24,7 @@ _EXPORTS: dict[str, str] = {
     "NodeView": "types", "Hit": "types", "Citation": "types", "Answer": "types", "BuildReport": "types",
     "TreeStats": "types", "RetrievalMode": "types", "AnswerRecord": "types",
     # the parts an engine is composed of
-    "Answerer": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
+    "Answerer": "protocols", "BuildGuard": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
     "SentenceTransformerEmbedder": "embedding", "HuggingFaceTokenCounter": "tokens",
     "default_model_path": "tokens", "ExtractiveSummarizer": "summarizing", "ExtractiveAnswerer": "answering",
     "ExtractiveSettings": "answering", "quote": "answering",
@@ -35,14 +35,14 @@ _EXPORTS: dict[str, str] = {
     "use_numba_cache_dir": "numba_cache:use_cache_dir",
     # the error tree
     "RaptorError": "errors", "RejectReason": "errors", "DocumentRejected": "errors", "ChannelError": "errors",
-    "NothingToBuild": "errors", "NodeNotFound": "errors", "BuildError": "errors", "BuildBusy": "errors",
+    "NothingToBuild": "errors", "NodeNotFound": "errors", "BuildError": "errors", "BuildBusy": "errors", "BuildSuperseded": "errors",
     "SpendingLimitReached": "errors", "ProviderError": "errors", "StoreError": "errors",
     "StoreUnavailable": "errors", "ModelRequestRejected": "errors", "ModelBadResponse": "errors",
     "ModelUnavailable": "errors", "ModelTimeout": "errors",
 }
 __all__ = [
-    "Answer", "AnswerRecord", "Answerer", "BuildBusy", "BuildError", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
-    "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
+    "Answer", "AnswerRecord", "Answerer", "BuildBusy", "BuildError", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
+    "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
     "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",
     "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "Node", "NodeNotFound",
@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
     from raptor_engine.errors import (
         BuildBusy,
         BuildError,
+        BuildSuperseded,
         ChannelError,
         DocumentRejected,
         ModelBadResponse,
@@ -93,7 +94,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
     from raptor_engine.loaders import SUPPORTED_SUFFIXES
     from raptor_engine.metering import SpendingLimits
     from raptor_engine.numba_cache import use_cache_dir as use_numba_cache_dir
-    from raptor_engine.protocols import Answerer, Embedder, Summarizer, TokenCounter
+    from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
     from raptor_engine.retrieval import RetrievalSettings
     from raptor_engine.store import ChromaStore, channel_digest
     from raptor_engine.summarizing import ExtractiveSummarizer

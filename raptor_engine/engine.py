@@ -272,6 +272,10 @@ class Engine:
         """Sets (or, with None, removes) one of the channel's notes."""
         self._channel(key).set_note(name, value)
 
+    def store_reachable(self) -> bool:
+        """Whether the store answers now; never raises (for readiness checks)."""
+        return self._store.reachable()
+
     def channels(self) -> list[ChannelKey]:
         """Every channel the store has seen."""
         return self._store.channels()

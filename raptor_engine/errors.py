@@ -85,6 +85,15 @@ class BuildBusy(BuildError):
                          "ends (ask for another rebuild after that if sources changed since)")
 
 
+class BuildSuperseded(BuildError):
+    """The build lost its claim on the channel before serving its tree (its lease ran out
+    while it was paused or cut off): another build took over, so this one's tree was
+    dropped and the served tree is whatever that build serves."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"this rebuild was taken over by another one ({detail}); its tree was not served")
+
+
 class SpendingLimitReached(BuildError):
     """A rebuild would pass its ceiling of language-model calls or tokens; it stopped
     before making the requests that would pass it.

@@ -123,7 +123,14 @@ class Answerer(Protocol):
 class BuildGuard(Protocol):
     """Keeps two processes from rebuilding one channel at once (where they can see each other)."""
 
-    def hold(self, key: ChannelKey) -> AbstractContextManager[None]:
+    def hold(self, key: ChannelKey) -> AbstractContextManager[object]:
         """Held while a rebuild of ``key`` runs. Entering raises ``BuildBusy`` at once,
         without waiting, if another builder holds it."""
+        ...
+
+    def confirm(self, key: ChannelKey) -> None:
+        """Called right before a build held under :meth:`hold` serves its tree: raises
+        ``BuildSuperseded`` if the hold was lost meanwhile (a lease that ran out while its
+        holder was paused), so a builder that was cut off never switches the served tree
+        afterwards (fencing). Guards whose hold cannot be lost do nothing."""
         ...

@@ -225,6 +225,8 @@ class RebuildPipeline:
                 source_ids=tuple(s.id for s in sources),
                 nodes_per_layer=built.nodes_per_layer(),
             )
+            if self._build_guard is not None:
+                self._build_guard.confirm(key)  # the last moment: a builder cut off must not switch
             if not channel.switch_to(state):
                 # Another build's newer tree got served meanwhile: it stays; this one goes.
                 channel.discard_tree(version)

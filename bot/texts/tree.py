@@ -14,6 +14,14 @@ from raptor_engine import BuildProgress, BuildReport, Node, NodeView, TreeStats,
 REBUILD_STARTED = (
     "Rebuild started. Questions are still answered from the current tree meanwhile; I'll say when it is done."
 )
+REBUILD_ENQUEUED = (
+    "Rebuild queued: a worker starts it shortly. Questions are still answered from the current tree "
+    "meanwhile; I'll say when it is done."
+)
+REBUILDS_WAIT = (
+    "Rebuilds wait: the coordination server (Redis) cannot be reached right now. Your request is kept "
+    "and runs once it is back; questions are still answered from the current tree."
+)
 NODE_LINE_CHARS = 100  # characters of a related node's text in node_text
 TOP_LINE_CHARS = 160  # characters of a top node's text in stats_text
 

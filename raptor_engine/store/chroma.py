@@ -94,6 +94,15 @@ class ChromaStore:
             raise StoreUnavailable(f"cannot reach {where}: {exc}") from exc
         return cls(client)
 
+    def reachable(self) -> bool:
+        """Whether the store answers now (a server's heartbeat; the embedded store always
+        answers). Never raises: for readiness checks."""
+        try:
+            self._client.heartbeat()
+        except Exception:
+            return False
+        return True
+
     @staticmethod
     def _auth_settings(token: str, token_header: str, username: str, password: str) -> dict[str, Any]:
         """Chroma client settings for a token or HTTP basic credentials ({} for none).

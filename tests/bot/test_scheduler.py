@@ -183,9 +183,9 @@ def test_a_request_rebuilds_and_reports_once(engine: Engine, channel: ChannelKey
         inbox = Inbox()
         result = await scheduler.request(channel, "ann", inbox)
         noted = engine.notes(channel)  # written before the build started
-        assert scheduler.status(channel).running
+        assert (await scheduler.status(channel)).running
         await scheduler.wait_idle(channel)
-        assert not scheduler.status(channel).running
+        assert not (await scheduler.status(channel)).running
         return result, inbox, noted
 
     result, inbox, noted = asyncio.run(scenario())
@@ -209,7 +209,7 @@ def test_requests_while_running_merge_into_one_queued_rebuild(
         results = [await scheduler.request(channel, "ann", first)]
         results.append(await scheduler.request(channel, "bob", second))
         results.append(await scheduler.request(channel, "cy", third))
-        status = scheduler.status(channel)
+        status = (await scheduler.status(channel))
         assert status.running and status.queued
         await scheduler.wait_idle()
         return results
@@ -352,7 +352,7 @@ def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
         assert await scheduler.request(channel, "ann", inbox) is RequestResult.STARTED
         await asyncio.sleep(0.05)  # well inside the build (hundreds of ms even when warm)
         await scheduler.stop()
-        assert not scheduler.status(channel).running
+        assert not (await scheduler.status(channel)).running
 
     asyncio.run(before_restart())
     assert inbox.replies == [Reply(ReplyKind.INFO, INTERRUPTED_TEXT)]
@@ -364,7 +364,7 @@ def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
     async def after_restart() -> None:
         scheduler = RebuildScheduler(restarted, QUIET)
         await scheduler.start()
-        assert scheduler.status(channel).running
+        assert (await scheduler.status(channel)).running
         await scheduler.wait_idle()
         await scheduler.stop()
 
@@ -388,7 +388,7 @@ def test_the_scheduled_check_rebuilds_only_changed_channels(engine: Engine, chan
         scheduler = RebuildScheduler(engine, QUIET)
         first = [await scheduler.check(key) for key in (channel, built, empty)]
         assert await scheduler.check(channel) is False  # running: skipped, not queued
-        assert not scheduler.status(channel).queued
+        assert not (await scheduler.status(channel)).queued
         await scheduler.wait_idle()
         small_channel(engine, built, "Owls can turn their heads very far.")
         second = [await scheduler.check(key) for key in (channel, built, empty)]
@@ -432,7 +432,7 @@ def test_jobs_follow_the_configured_schedules(engine: Engine, channel: ChannelKe
 
     async def scenario() -> None:
         scheduler = RebuildScheduler(engine, config)
-        assert scheduler.status(channel).next_run is None  # not started
+        assert (await scheduler.status(channel)).next_run is None  # not started
         await scheduler.start()
         started = datetime.now().astimezone()
 
@@ -441,20 +441,20 @@ def test_jobs_follow_the_configured_schedules(engine: Engine, channel: ChannelKe
         assert job.trigger.interval == timedelta(minutes=30)
         assert (job.coalesce, job.max_instances, job.misfire_grace_time) == (True, 1, MISFIRE_GRACE_S)
         assert abs(job.next_run_time - (started + timedelta(minutes=30))) < timedelta(seconds=10)
-        assert scheduler.status(channel).next_run == job.next_run_time
+        assert (await scheduler.status(channel)).next_run == job.next_run_time
 
         cron = scheduler.job(nightly)
         assert cron is not None and isinstance(cron.trigger, CronTrigger)
         assert (cron.next_run_time.hour, cron.next_run_time.minute) == (3, 0)
 
-        assert scheduler.job(off) is None and scheduler.status(off).next_run is None
+        assert scheduler.job(off) is None and (await scheduler.status(off)).next_run is None
 
         assert scheduler.job(later) is None
         scheduler.watch(later)
         assert scheduler.job(later) is not None
 
         await scheduler.stop()
-        assert scheduler.status(channel).next_run is None
+        assert (await scheduler.status(channel)).next_run is None
 
     asyncio.run(scenario())
 

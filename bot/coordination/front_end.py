@@ -1,0 +1,43 @@
+"""What a front-end process shares with its replicas, put together from the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bot.config import Config
+from bot.coordination.deliveries import SharedLedger
+from bot.coordination.lease import holder_name
+from bot.coordination.link import RedisLink
+from bot.coordination.queued_rebuilds import QueuedRebuilds
+from bot.coordination.reply_stream import ReplyReader
+from bot.coordination.shared_limits import LimiterFactory, shared_limiters
+from bot.neutral import Courier
+from raptor_engine import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEnd:
+    """The shared pieces of a front-end: event de-duplication, rate limits, queued rebuilds,
+    and the reader posting workers' replies."""
+
+    link: RedisLink
+    deliveries: SharedLedger
+    rebuilds: QueuedRebuilds
+    limiters: LimiterFactory
+
+    def reader(self, couriers: Mapping[str, Courier]) -> ReplyReader:
+        """The reader of rebuild replies for the platforms in ``couriers`` (read as they are
+        registered: adapters register theirs once connected)."""
+        return ReplyReader(self.link, couriers, holder_name())
+
+
+def front_end(config: Config, engine: Engine) -> FrontEnd:
+    """The front-end's coordination. ``config.coordination`` must be enabled."""
+    link = RedisLink(config.coordination)
+    return FrontEnd(
+        link=link,
+        deliveries=SharedLedger(link, config.coordination.event_ttl_s),
+        rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
+        limiters=shared_limiters(link),
+    )

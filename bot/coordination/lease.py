@@ -1,0 +1,177 @@
+"""One builder per channel across machines: a lease in Redis with a fencing token.
+
+A worker takes a channel's lease before it builds (``SET NX PX``) and renews it from a
+thread every third of the lease while it holds it. If the worker dies, the lease ends
+on its own ``lease_s`` later and another worker may take it. Each taking draws a new
+fencing token (``INCR``), stored in the lease's value.
+
+A worker that was paused (SIGSTOP, a stalled VM, a long GC) past its lease comes back
+believing it holds the channel. It must not serve its tree: :meth:`ChannelLeases.confirm`,
+called by the engine right before the switch, checks in one script that the lease still
+carries this holder's token and has at least ``margin`` left, else raises
+``BuildSuperseded``. The margin covers the moment between that check and the store's
+write; a pause longer than the margin inside those few lines is the one case the check
+cannot see, and the store's own rule (only a newer complete tree is served) still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from bot.coordination.link import CoordinationDown, RedisLink, describe
+from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, channel_digest
+
+log = logging.getLogger(__name__)
+
+# KEYS[1] lease; ARGV[1] value: renew only our own lease.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+# KEYS[1] lease; ARGV[1] value, ARGV[2] margin ms: ours, with at least the margin left.
+_CONFIRM = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then return 0 end
+return 1
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def holder_name() -> str:
+    """This process as a lease holder names it: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(slots=True)
+class Held:
+    """A lease this process holds: its value (token and holder), and whether it was seen lost."""
+
+    key: ChannelKey
+    value: str
+    depth: int = 1
+    lost: bool = False
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def token(self) -> int:
+        return int(self.value.split("|", 1)[0])
+
+
+class ChannelLeases:
+    """The leases of one process; implements the engine's ``BuildGuard``.
+
+    :meth:`hold` is re-entrant within the process: the worker holds a channel's lease
+    around taking its requests, building and telling the requesters, and the engine's
+    rebuild enters it again around the build itself.
+    """
+
+    def __init__(self, link: RedisLink, lease_s: float, holder: str | None = None) -> None:
+        self._link = link
+        self._lease_ms = int(lease_s * 1000)
+        self._margin_ms = max(self._lease_ms // 3, 500)
+        self._holder = holder or holder_name()
+        self._held: dict[ChannelKey, Held] = {}
+        self._lock = threading.Lock()
+
+    def lease_key(self, key: ChannelKey) -> str:
+        return self._link.key("lease", channel_digest(key))
+
+    @contextmanager
+    def hold(self, key: ChannelKey) -> Iterator[Held]:
+        """Holds ``key``'s lease for the block, renewing it. Raises ``BuildBusy`` at once if
+        another process holds it, ``CoordinationDown`` if Redis cannot be reached."""
+        with self._lock:
+            held = self._held.get(key)
+            if held is not None:
+                held.depth += 1
+        if held is None:
+            held = self._take(key)
+        try:
+            yield held
+        finally:
+            self._let_go(held)
+
+    def confirm(self, key: ChannelKey) -> None:
+        """Raises ``BuildSuperseded`` unless this process still holds ``key``'s lease with its
+        own token and more than the margin left. Redis unreachable counts as not held."""
+        held = self._held.get(key)
+        if held is None:
+            raise BuildSuperseded("the build holds no lease on the channel")
+        try:
+            ours = self._link.run_sync(
+                lambda r: r.eval(_CONFIRM, 1, self.lease_key(key), held.value, self._margin_ms)
+            )
+        except CoordinationDown:
+            raise BuildSuperseded("the coordination server cannot confirm the build's lease") from None
+        if not ours:
+            held.lost = True
+            raise BuildSuperseded(f"its lease (token {held.token}) ran out and another build may hold it")
+
+    def still_held(self, held: Held) -> bool:
+        """Whether ``held`` is still ours right now (for work done after the build: telling requesters)."""
+        try:
+            return bool(self._link.run_sync(
+                lambda r: r.eval(_CONFIRM, 1, self.lease_key(held.key), held.value, 0)
+            ))
+        except CoordinationDown:
+            return False
+
+    def _take(self, key: ChannelKey) -> Held:
+        lease_key = self.lease_key(key)
+
+        def take(r: object) -> tuple[bool, str]:
+            import redis as _redis
+
+            assert isinstance(r, _redis.Redis)
+            token = r.incr(self._link.key("fence", channel_digest(key)))
+            value = f"{token}|{self._holder}"
+            if r.set(lease_key, value, nx=True, px=self._lease_ms):
+                return True, value
+            return False, describe(r.get(lease_key) or b"")
+
+        taken, value = self._link.run_sync(take)
+        if not taken:
+            holder = value.split("|", 1)[-1] or "another worker"
+            raise BuildBusy(f"worker {holder}")
+        held = Held(key, value)
+        with self._lock:
+            self._held[key] = held
+        threading.Thread(target=self._renew_until_released, args=(held,), name=f"lease {key}", daemon=True).start()
+        log.info("channel %s: lease taken (token %d)", key, held.token)
+        return held
+
+    def _renew_until_released(self, held: Held) -> None:
+        lease_key = self.lease_key(held.key)
+        while not held.stop.wait(self._lease_ms / 3000):
+            try:
+                renewed = self._link.run_sync(
+                    lambda r: r.eval(_RENEW, 1, lease_key, held.value, self._lease_ms)
+                )
+            except CoordinationDown:
+                continue  # the lease may run out meanwhile; confirm() tells before any switch
+            if not renewed and not held.lost:
+                held.lost = True
+                log.warning("channel %s: lease (token %d) lost; this build will not be served", held.key, held.token)
+
+    def _let_go(self, held: Held) -> None:
+        with self._lock:
+            held.depth -= 1
+            if held.depth > 0:
+                return
+            self._held.pop(held.key, None)
+        held.stop.set()
+        try:
+            self._link.run_sync(lambda r: r.eval(_RELEASE, 1, self.lease_key(held.key), held.value))
+        except CoordinationDown:
+            log.warning("channel %s: could not release the lease; it ends on its own", held.key)

@@ -1,0 +1,205 @@
+"""A front-end's rebuilds when worker processes build: the same service as
+:class:`bot.scheduler.RebuildScheduler`, over Redis and the job queue.
+
+* A request is recorded (:mod:`~bot.coordination.requests`) and a job enqueued once per
+  channel; the requester hears "queued" now and the progress and result later, from the
+  worker through the reply stream, posted by whichever front-end reads it.
+* Every replica runs the schedule; checks fire together (aligned intervals) and the
+  first replica to claim a channel's period enqueues its job. No replica is special.
+* A sweep every ``sweep_every_s`` enqueues a job for channels whose requests wait with
+  no job and no lease: a worker died mid-build, or a job was lost.
+* With Redis unreachable, requests are kept in this process and sent when it is back
+  (the sweep does it); the requester is told rebuilds wait. Questions never need Redis.
+
+This process never clusters: building is the workers' job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot import replies
+from bot.config import BotConfig
+from bot.coordination.lease import ChannelLeases
+from bot.coordination.link import CoordinationDown, RedisLink
+from bot.coordination.rebuild_queue import RebuildQueue
+from bot.coordination.requests import RebuildRequests, Requester
+from bot.deploy_config import CoordinationConfig
+from bot.engine_calls import AsyncEngine
+from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
+from bot.schedule_status import ScheduleStatus
+from bot.scheduler import MISFIRE_GRACE_S, RequestResult, schedule_of, sources_changed, trigger_for
+from raptor_engine import ChannelKey, Engine, RaptorError, channel_digest
+
+log = logging.getLogger(__name__)
+
+SWEEP_JOB = "coordination-sweep"
+
+
+class QueuedRebuilds:
+    """Rebuilds run by workers; see the module docstring. Methods run on one event loop."""
+
+    def __init__(self, engine: Engine, config: BotConfig, coordination: CoordinationConfig, link: RedisLink) -> None:
+        self._engine = AsyncEngine(engine)
+        self._config = config
+        self._coordination = coordination
+        self._link = link
+        self._queue = RebuildQueue(link, coordination.job_timeout_s)
+        self._requests = RebuildRequests(link)
+        self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
+        self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
+        self._watched: set[ChannelKey] = set()
+        self._scheduler: AsyncIOScheduler | None = None
+
+    # -- life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Schedules every known channel's checks and the sweep. Raises ``RuntimeError`` if
+        started already, ``StoreError`` if the store cannot list its channels."""
+        if self._scheduler is not None:
+            raise RuntimeError("the rebuild service is already started")
+        self._watched.update(await self._engine.channels())
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.start()
+        for key in sorted(self._watched, key=str):
+            self._add_check(key)
+        self._scheduler.add_job(self.sweep, IntervalTrigger(seconds=self._coordination.sweep_every_s),
+                                id=SWEEP_JOB, coalesce=True, max_instances=1, next_run_time=datetime.now())
+
+    async def stop(self) -> None:
+        """Stops the checks and the sweep. Requests kept while Redis was down are logged:
+        they are lost with this process (the channel's next scheduled check still rebuilds)."""
+        if self._scheduler is not None:
+            scheduler, self._scheduler = self._scheduler, None
+            scheduler.shutdown(wait=False)
+            await asyncio.sleep(0)
+        if self._outbox:
+            log.warning("stopping with %d rebuild request(s) not yet sent to the coordination server",
+                        len(self._outbox))
+
+    @property
+    def started(self) -> bool:
+        return self._scheduler is not None
+
+    def watch(self, key: ChannelKey) -> None:
+        """Makes sure the channel's checks are scheduled (it got its first source)."""
+        self._watched.add(key)
+        if self._scheduler is not None and self._scheduler.get_job(_check_id(key)) is None:
+            self._add_check(key)
+
+    # -- requests ----------------------------------------------------------------
+
+    async def request(self, key: ChannelKey, requested_by: str, send: Send,
+                      address: ReplyAddress | None = None) -> RequestResult:
+        """Records the request and enqueues the channel's job; tells ``send`` it is queued
+        (or that rebuilds wait for Redis). The result comes through the reply stream to
+        ``address`` (default: the channel itself). Always ``QUEUED``: nothing runs here."""
+        requester = Requester(requested_by, address or ReplyAddress(key))
+        try:
+            await self._send_request(key, requester)
+        except CoordinationDown:
+            self._outbox.append((key, requester))
+            await send(Reply(ReplyKind.INFO, replies.REBUILDS_WAIT, thread=requester.address.thread))
+            return RequestResult.QUEUED
+        await send(Reply(ReplyKind.PROGRESS, replies.REBUILD_ENQUEUED, thread=requester.address.thread))
+        return RequestResult.QUEUED
+
+    async def check(self, key: ChannelKey) -> bool:
+        """The scheduled check: enqueues a job if the channel's sources changed since its
+        served tree and no replica claimed this period yet. True if this call enqueued."""
+        try:
+            stats = await self._engine.stats(key)
+        except RaptorError as exc:
+            log.warning("channel %s: scheduled check failed: %s", key, exc)
+            return False
+        if not sources_changed(stats):
+            return False
+        claim = self._link.key("checked", channel_digest(key), str(self._period(key)))
+        period_s = int(self._period_s(key))
+        try:
+            if not await self._link.run(lambda r: r.set(claim, "1", nx=True, ex=max(period_s, 60))):
+                return False  # another replica checked this period
+            return await asyncio.to_thread(self._queue.enqueue_once, key, "scheduled: sources changed")
+        except CoordinationDown:
+            return False  # the next period checks again
+
+    async def sweep(self) -> None:
+        """Sends requests kept during an outage, and enqueues channels whose requests wait
+        with neither a job nor a lease. Never raises: the next sweep tries again."""
+        try:
+            while self._outbox:
+                key, requester = self._outbox[0]
+                await self._send_request(key, requester)
+                self._outbox.pop(0)
+                log.info("channel %s: rebuild request kept during the outage sent", key)
+            for key in await self._requests.pending_channels():
+                if await self._link.run(partial(_exists, keys=(self._leases.lease_key(key), self._queue.marker(key)))):
+                    continue  # a worker builds it, or a job waits
+                await asyncio.to_thread(self._queue.enqueue_once, key, "requests left by an ended build")
+        except CoordinationDown:
+            return
+        except Exception:
+            log.warning("the rebuild sweep failed", exc_info=True)
+
+    # -- inspection --------------------------------------------------------------
+
+    async def status(self, key: ChannelKey) -> ScheduleStatus:
+        """Whether a worker builds the channel (holds its lease) or a job or requests wait;
+        both False when Redis cannot be reached."""
+        job = self._scheduler.get_job(_check_id(key)) if self._scheduler is not None else None
+        next_run = job.next_run_time if job is not None else None
+        try:
+            running = bool(await self._link.run(lambda r: r.exists(self._leases.lease_key(key))))
+            queued = bool(await self._link.run(lambda r: r.exists(self._queue.marker(key))))
+            queued = queued or await self._requests.waiting(key) > 0
+        except CoordinationDown:
+            running = queued = False
+        return ScheduleStatus(running=running, queued=queued, next_run=next_run)
+
+    def depth(self) -> int:
+        """Rebuild jobs waiting in the queue (blocking: for the metrics' scrape thread).
+        Raises ``CoordinationDown``."""
+        return self._queue.depth()
+
+    async def wait_idle(self, key: ChannelKey | None = None) -> None:
+        """Nothing runs here; for the interface's sake."""
+
+    # -- internals ---------------------------------------------------------------
+
+    async def _send_request(self, key: ChannelKey, requester: Requester) -> None:
+        await self._requests.add(key, requester)
+        await asyncio.to_thread(self._queue.enqueue_once, key, f"requested by {requester.by or '?'}")
+
+    def _add_check(self, key: ChannelKey) -> None:
+        assert self._scheduler is not None
+        schedule = schedule_of(self._config, key)
+        if not schedule.enabled:
+            return
+        self._scheduler.add_job(self.check, trigger_for(schedule, aligned=True), args=[key], id=_check_id(key),
+                                name=f"rebuild check of {key}", coalesce=True, max_instances=1,
+                                misfire_grace_time=MISFIRE_GRACE_S, replace_existing=True)
+
+    def _period_s(self, key: ChannelKey) -> float:
+        schedule = schedule_of(self._config, key)
+        return 60.0 if schedule.cron is not None else schedule.every_minutes * 60
+
+    def _period(self, key: ChannelKey) -> int:
+        """Which period of the channel's schedule now falls in (the same on every replica):
+        checks of one period, whichever replica runs them, share one claim."""
+        return int(time.time() // self._period_s(key))
+
+
+def _check_id(key: ChannelKey) -> str:
+    return f"rebuild-check:{key}"
+
+
+async def _exists(redis: Any, keys: tuple[str, ...]) -> int:
+    return int(await redis.exists(*keys))

@@ -1,0 +1,135 @@
+"""A rebuild's progress and result, from the worker that ran it to the requesters' platforms.
+
+Workers append replies to one Redis stream per platform (``replies:<platform>``); the
+front-ends serving that platform read it as one consumer group, so each reply is posted
+once, by whichever front-end reads it, through the courier its adapter registered.
+A front-end that read entries and died before posting them leaves them pending in the
+group: another front-end claims them after :data:`CLAIM_IDLE_MS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from bot.coordination.link import CoordinationDown, RedisLink
+from bot.neutral import ChannelKey, Courier, Reply, ReplyAddress, ReplyKind
+
+log = logging.getLogger(__name__)
+
+GROUP = "front-ends"
+STREAM_MAXLEN = 10_000  # replies kept per platform stream (approximate trim)
+CLAIM_IDLE_MS = 30_000  # a reply read but not acknowledged this long is taken over
+READ_BLOCK_MS = 1000
+RETRY_S = 1.0  # after Redis failed a read
+
+
+def encode(address: ReplyAddress, reply: Reply) -> dict[str, str]:
+    channel = address.channel
+    return {"address": json.dumps([channel.platform, channel.workspace, channel.channel, address.thread]),
+            "kind": reply.kind.value, "text": reply.text, "reference": reply.reference}
+
+
+def decode(fields: Mapping[str, str]) -> tuple[ReplyAddress, Reply]:
+    """Raises ``ValueError``/``KeyError`` for an entry this code did not write."""
+    platform, workspace, channel, thread = json.loads(fields["address"])
+    address = ReplyAddress(ChannelKey(platform, workspace, channel), thread)
+    reply = Reply(ReplyKind(fields["kind"]), fields["text"], reference=fields.get("reference", ""), thread=thread)
+    return address, reply
+
+
+class ReplyPublisher:
+    """The worker's side: appends replies for front-ends to post (blocking calls)."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+
+    def publish(self, address: ReplyAddress, reply: Reply) -> None:
+        """Raises ``CoordinationDown``."""
+        stream = self._link.key("replies", address.channel.platform)
+        self._link.run_sync(lambda r: r.xadd(stream, encode(address, reply),  # type: ignore[arg-type]
+                                             maxlen=STREAM_MAXLEN, approximate=True))
+
+
+class ReplyReader:
+    """The front-end's side: posts the replies of the platforms it has couriers for."""
+
+    def __init__(self, link: RedisLink, couriers: Mapping[str, Courier], consumer: str) -> None:
+        self._link = link
+        self._couriers = couriers
+        self._consumer = consumer
+        self._groups_made: set[str] = set()
+
+    async def run(self) -> None:
+        """Reads and posts until cancelled; Redis outages are waited out (the link logs them)."""
+        while True:
+            try:
+                posted = await self.read_once()
+            except CoordinationDown:
+                await asyncio.sleep(RETRY_S)
+                continue
+            if not self._couriers:
+                await asyncio.sleep(RETRY_S)  # no adapter registered yet
+            elif not posted:
+                await asyncio.sleep(0)
+
+    async def read_once(self) -> int:
+        """One round: claims stale entries, reads new ones (blocking up to a second), posts
+        them. Returns how many were posted. Raises ``CoordinationDown``."""
+        streams = {self._link.key("replies", platform): platform for platform in self._couriers}
+        if not streams:
+            return 0
+        for stream in streams:
+            await self._ensure_group(stream)
+        entries: list[tuple[str, str, dict[str, str]]] = []
+        for stream in streams:
+            entries += await self._link.run(partial(self._claim, stream=stream))
+        entries += await self._link.run(lambda r: self._read(r, list(streams)))
+        for stream, entry_id, fields in entries:
+            await self._post(streams[stream], fields)
+            await self._link.run(partial(_ack, stream=stream, entry_id=entry_id))
+        return len(entries)
+
+    async def _claim(self, redis: Any, stream: str) -> list[tuple[str, str, dict[str, str]]]:
+        """Entries another front-end read and never acknowledged (it died before posting them)."""
+        reply: Any = await redis.xautoclaim(stream, GROUP, self._consumer, CLAIM_IDLE_MS, "0-0", count=20)
+        return [(stream, entry_id, fields) for entry_id, fields in reply[1] if fields]
+
+    async def _read(self, redis: Any, streams: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+        reply: Any = await redis.xreadgroup(GROUP, self._consumer, {s: ">" for s in streams}, count=20,
+                                            block=READ_BLOCK_MS)
+        return [(stream, entry_id, fields) for stream, items in reply or [] for entry_id, fields in items]
+
+    async def _ensure_group(self, stream: str) -> None:
+        if stream in self._groups_made:
+            return
+
+        async def make(redis: Any) -> None:
+            try:
+                await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except Exception as exc:  # BUSYGROUP: another front-end made it first
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+        await self._link.run(make)
+        self._groups_made.add(stream)
+
+    async def _post(self, platform: str, fields: dict[str, str]) -> None:
+        try:
+            address, reply = decode(fields)
+        except (ValueError, KeyError, TypeError):
+            log.warning("dropped a malformed reply entry on the %s stream", platform)
+            return
+        try:
+            await self._couriers[platform](address)(reply)
+        except Exception:
+            # The adapters' senders log and swallow platform failures; this is a bug's last guard.
+            log.warning("could not post a rebuild reply to %s", address.channel, exc_info=True)
+
+
+async def _ack(redis: Any, stream: str, entry_id: str) -> None:
+    await redis.xack(stream, GROUP, entry_id)

@@ -1,0 +1,149 @@
+"""The rebuild worker: ``python -m bot worker``.
+
+It takes rebuild jobs from the RQ queue (:mod:`~bot.coordination.rebuild_queue`), one
+at a time, in this process (RQ's ``SimpleWorker``: the engine, its embedding model and
+its clustering process stay loaded between jobs). A job of a channel:
+
+1. drops the channel's queue marker, so a request made from now on enqueues a follow-up;
+2. takes the channel's lease (another worker holds it: the job ends, that worker builds
+   again for whatever was requested meanwhile before it lets the lease go);
+3. under the lease, takes the waiting requests (and those a dead worker left), builds,
+   and tells each requester through the reply stream, which a front-end posts;
+4. builds again while requests came in meanwhile, then lets the lease go.
+
+A job with no requesters (a scheduled check) builds only if the channel's sources
+changed since its served tree. If the lease runs out under the worker (it was paused),
+the engine refuses to serve its tree (``BuildSuperseded``) and nobody is told by this
+worker: the one that took over tells them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+from rq import SimpleWorker
+
+from bot.config import Config
+from bot.coordination.lease import ChannelLeases, Held, holder_name
+from bot.coordination.link import CoordinationDown, RedisLink
+from bot.coordination.rebuild_queue import RebuildQueue, channel_from_text
+from bot.coordination.reply_stream import ReplyPublisher
+from bot.coordination.requests import RebuildRequests, Requester
+from bot.engine_calls import AsyncEngine
+from bot.neutral import Reply, ReplyAddress, Send
+from bot.observability.metrics import Metrics
+from bot.scheduler import rebuild_and_report, sources_changed
+from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, Engine
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 1.0  # between attempts to reach the coordination server
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """Everything a job needs, made once per worker process."""
+
+    config: Config
+    engine: AsyncEngine
+    link: RedisLink
+    leases: ChannelLeases
+    queue: RebuildQueue
+    requests: RebuildRequests
+    publisher: ReplyPublisher
+    metrics: Metrics
+
+    def sender(self, address: ReplyAddress) -> Send:
+        """A ``Send`` that hands the reply to the front-ends of the address's platform."""
+
+        async def send(reply: Reply) -> None:
+            await asyncio.to_thread(self.publisher.publish, address, reply)
+
+        return send
+
+
+_context: WorkerContext | None = None
+
+
+def install(context: WorkerContext) -> None:
+    """Makes ``context`` the one :func:`run_rebuild_job` uses (RQ calls jobs by name)."""
+    global _context
+    _context = context
+
+
+def run_rebuild_job(channel: str) -> str:
+    """The RQ job: rebuilds ``channel`` (``platform/workspace/channel``) for whoever asked.
+    Returns the outcome (``built``, ``failed``, ``unchanged``, ``busy``, ``superseded``,
+    ``redis down``), which RQ keeps as the job's result."""
+    if _context is None:
+        raise RuntimeError("run_rebuild_job runs in a worker started by bot.coordination.worker.serve_worker")
+    key = channel_from_text(channel)
+    started = time.monotonic()
+    try:
+        _context.queue.taken(key)
+        with _context.leases.hold(key) as held:
+            outcome = asyncio.run(_build_for_requesters(_context, key, held))
+    except BuildBusy as busy:
+        outcome = "busy"
+        _context.metrics.observe_rebuild("busy", time.monotonic() - started)
+        log.info("channel %s: %s builds it; it builds again for requests made meanwhile", key, busy.holder)
+    except BuildSuperseded as superseded:
+        outcome = "superseded"
+        log.warning("channel %s: %s", key, superseded)
+    except CoordinationDown:
+        outcome = "redis down"  # its requests stay in Redis; a front-end's sweep enqueues them again
+    log.info("channel %s: job ended (%s) after %.1f s", key, outcome, time.monotonic() - started)
+    return outcome
+
+
+async def _build_for_requesters(context: WorkerContext, key: ChannelKey, held: Held) -> str:
+    outcome = "unchanged"
+    while True:
+        requesters = context.requests.take(key, context.leases, held)
+        if not requesters and not sources_changed(await context.engine.stats(key)):
+            return outcome
+        outcome = await _build_once(context, key, requesters)
+        if context.requests.finish(key, context.leases, held) == 0:
+            return outcome
+
+
+async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[Requester]) -> str:
+    """One build, its result told to every requester. Raises ``BuildSuperseded`` untold."""
+    why = "requested by " + ", ".join(r.by or "?" for r in requesters) if requesters else "scheduled"
+    log.info("channel %s: rebuild started (%s)", key, why)
+    sends = [context.sender(r.address) for r in requesters]
+    reply, error = await rebuild_and_report(context.engine, key, sends, context.config.bot.progress_every_s, why,
+                                            context.metrics)
+    if isinstance(error, BuildSuperseded):
+        raise error  # whoever took over tells them
+    for requester, send in zip(requesters, sends):
+        try:
+            await send(Reply(reply.kind, reply.text, reference=reply.reference, thread=requester.address.thread))
+        except CoordinationDown:
+            log.warning("channel %s: could not tell %s the result: Redis is down", key, requester.by)
+    return "failed" if error is not None else "built"
+
+
+def serve_worker(config: Config, engine: Engine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
+    """Runs jobs until SIGTERM/SIGINT (RQ's warm shutdown: the job running ends first;
+    a second signal stops at once, and the job's requests are picked up again). ``engine``
+    must be built with ``leases`` as its build guard. Returns the exit status."""
+    queue = RebuildQueue(link, config.coordination.job_timeout_s)
+    install(WorkerContext(config, AsyncEngine(engine), link, leases, queue, RebuildRequests(link),
+                          ReplyPublisher(link), metrics))
+    name = f"{holder_name()}-{uuid.uuid4().hex[:6]}"
+    while True:
+        try:
+            worker = SimpleWorker([queue.queue], connection=link.blocking, name=name)
+            worker.work(with_scheduler=False)
+            return 0
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # RQ retries a lost connection while it waits for jobs; it raises when the server is
+            # unreachable as it starts or registers. The link logs the outage once.
+            link.mark_down(exc)
+            time.sleep(RECONNECT_S)

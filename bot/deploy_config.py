@@ -1,0 +1,48 @@
+"""The configuration of a deployment of many processes: coordination through Redis and
+the observability endpoints. Separate from :mod:`bot.config` so that file keeps to what
+one bot does; :class:`bot.config.Config` embeds both sections."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class CoordinationConfig(BaseModel):
+    """Several processes sharing one Redis (or Valkey) server. Empty ``redis_url``: one
+    process does everything, as on the embedded defaults (nothing here is used then)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    redis_url: SecretStr = SecretStr("")  # may carry a password: never logged
+    namespace: str = Field(default="raptor", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    event_ttl_s: int = Field(default=3600, ge=60, le=7 * 24 * 3600)  # how long an event id is remembered
+    lease_s: float = Field(default=30.0, ge=2, le=3600)  # a rebuild's lease on its channel; renewed at a third
+    sweep_every_s: float = Field(default=10.0, ge=0.5, le=3600)  # how often lost rebuild requests are looked for
+    job_timeout_s: int = Field(default=4 * 3600, ge=60, le=7 * 24 * 3600)  # the queue library's limit per build
+    connect_timeout_s: float = Field(default=2.0, gt=0, le=60)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _known_scheme(cls, url: SecretStr) -> SecretStr:
+        value = url.get_secret_value()
+        if value and not value.startswith(REDIS_SCHEMES):
+            raise ValueError("redis_url must start with redis://, rediss:// or unix://")
+        return url
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.redis_url.get_secret_value())
+
+
+class ObservabilityConfig(BaseModel):
+    """Prometheus metrics, ``/healthz`` and ``/readyz`` on ``port`` (0: not served), and the log format."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=0, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"

@@ -1,0 +1,41 @@
+"""The readiness probes of a process: the Chroma store, the coordination server, the model endpoint.
+
+Each probe is thread- and loop-agnostic (it runs its blocking check in a worker thread),
+so the same probes serve a front-end's server on its own loop and a worker's server on
+the server's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from urllib.parse import urlsplit
+
+from bot.config import Config
+from bot.coordination.link import RedisLink
+from bot.engine_calls import AsyncEngine
+from bot.observability.endpoints import HealthServer
+
+PROBE_CONNECT_S = 2.0
+
+
+def add_probes(server: HealthServer, config: Config, engine: AsyncEngine, link: RedisLink | None) -> None:
+    """Adds ``chroma`` always, ``redis`` with coordination, ``model`` with a language model."""
+    server.add_probe("chroma", engine.store_reachable)
+    if link is not None:
+        server.add_probe("redis", lambda: asyncio.to_thread(link.ping_sync))
+    if config.llm.base_url:
+        url = config.llm.base_url
+        server.add_probe("model", lambda: asyncio.to_thread(_accepts_connections, url))
+
+
+def _accepts_connections(url: str) -> bool:
+    """Whether the endpoint's host takes a TCP connection: enough to say it is there, without
+    spending a request (and an API key's quota) on every probe."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=PROBE_CONNECT_S):
+            return True
+    except OSError:
+        return False
