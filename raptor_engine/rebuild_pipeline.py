@@ -217,6 +217,10 @@ class RebuildPipeline:
         come back with the new tree, whether it was written whole or not.
         """
         try:
+            if self._build_guard is not None:
+                # Before writing too: a builder cut off while it built must not write beside (or,
+                # with the same version number, over) the tree its successor serves.
+                self._build_guard.confirm(key)
             channel.write_tree(version, built.nodes, built.embeddings)
             state = TreeState(
                 version=version,

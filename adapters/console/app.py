@@ -3,8 +3,11 @@
 :class:`ConsoleChannel` turns typed lines into neutral events (see
 :mod:`adapters.console.translate`), hands them to the bot's handler, and
 writes the replies through an injected ``write``; tree pictures are saved as
-PNG files and their path printed. :class:`ConsoleSession` is the adapter
-``python -m bot serve`` runs when no chat platform is configured.
+PNG files and their path printed. Once started, the channel is the bot's courier for
+the console (platform ``"console"``): replies without an event (a rebuild's progress
+and result) are printed like any other, those for another console channel under its
+name. :class:`ConsoleSession` is the adapter ``python -m bot serve`` runs when no chat
+platform is configured.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TextIO
 
 from adapters.console import translate
 from bot.commands import HELP
-from bot.neutral import Attachment, ChannelKey, Command, Person, Pin, Reply
+from bot.neutral import Attachment, ChannelKey, Command, Person, Pin, Reply, ReplyAddress, Send
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 
@@ -50,7 +53,9 @@ class ConsoleChannel:
     async def start(self) -> None:
         """Greets the person. A channel without sources gets the bundled sample (when
         ``console.sample`` is on) and a question to try; pin ids continue after the
-        highest ``console-pin-<n>`` already stored."""
+        highest ``console-pin-<n>`` already stored. From now on the bot may print through
+        :meth:`courier`."""
+        self.bot.add_courier(translate.PLATFORM, self.courier)
         sources = await self.bot.sources(self.key)
         self._next_pin = 1 + max((translate.pin_number_of(s.external_id) for s in sources), default=0)
         if sources:
@@ -99,6 +104,19 @@ class ConsoleChannel:
             path = await asyncio.to_thread(self._save, attachment)
             self._write(translate.picture_notice(path))
         self._write(translate.render_reply(reply))
+
+    def courier(self, address: ReplyAddress) -> Send:
+        """The ``send`` of replies to ``address`` without an event: printed as :meth:`send`
+        prints, after a line naming the channel when it is not this one."""
+        if address.channel == self.key:
+            return self.send
+        heading = f"#{address.channel.channel}:"
+
+        async def send(reply: Reply) -> None:
+            self._write(heading)
+            await self.send(reply)
+
+        return send
 
     async def run(self, stdin: TextIO) -> None:
         """Handles lines from ``stdin`` until end of input or ``/quit``.

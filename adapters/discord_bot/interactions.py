@@ -11,7 +11,11 @@ Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.
 * where the bot is not enabled, the person is told so privately (Discord would
   otherwise say "the application did not respond");
 * who may manage a channel is Discord's own answer: Manage Messages as resolved for
-  the interaction (always, in a DM).
+  the interaction (always, in a DM);
+* each interaction is handled by one front-end only, the first to claim
+  ``discord:interaction:<id>`` in the bot's delivery ledger: slash commands and
+  autocomplete in the command tree (:class:`~adapters.discord_bot.lifecycle.OnceCommandTree`),
+  button presses here.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord_bot import render, translate
-from adapters.discord_bot.lifecycle import ClientCore
+from adapters.discord_bot.lifecycle import ClientCore, interaction_key
 from adapters.discord_bot.sending import InteractionSend
 from adapters.discord_bot.translate import Place
 from bot.neutral import Command
@@ -68,6 +72,8 @@ class InteractionHandling(ClientCore):
         action = translate.parse_custom_id(str(data.get("custom_id", "")))
         if action is None:
             return
+        if not await self.raptor.first_delivery(interaction_key(interaction)):
+            return  # another front-end answers it
         with self._tracked():
             place = interaction_place(interaction)
             if not self.scope.allows(place):

@@ -12,7 +12,15 @@ on it. Contract:
   can let the events being handled finish (for :data:`SHUTDOWN_GRACE_S`) before it
   cancels the rest and closes;
 * a failure in a handler is logged under a fresh reference by :meth:`ClientCore._failed`,
-  and a short message naming it is posted where it happened: never silent.
+  and a short message naming it is posted where it happened: never silent;
+* every gateway connection of the bot receives every event, so with several front-ends
+  each event arrives at each: an event is handled only by the front-end the bot's
+  delivery ledger (``Assistant.first_delivery``) names first for its key. Application
+  commands and autocomplete are checked here (:class:`OnceCommandTree`, by
+  ``discord:interaction:<id>``); the parts check their own events;
+* once connected, the client registers its courier with the bot (platform ``"discord"``):
+  :meth:`ClientCore.courier` posts replies without an event (a rebuild run by a worker
+  process) in the address's thread, or else its channel, as replies to messages are posted.
 """
 
 from __future__ import annotations
@@ -28,10 +36,10 @@ from discord import app_commands
 
 from adapters.discord_bot import render, translate
 from adapters.discord_bot.connection import guard_parsers
-from adapters.discord_bot.sending import ALLOWED_MENTIONS
+from adapters.discord_bot.sending import ALLOWED_MENTIONS, ChannelSend
 from bot.config import DiscordConfig
 from bot.errors import log_failure
-from bot.neutral import Reply
+from bot.neutral import Reply, ReplyAddress, Send
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
@@ -51,6 +59,23 @@ def intents() -> discord.Intents:
     return wanted
 
 
+def interaction_key(interaction: discord.Interaction) -> str:
+    """The delivery key of an interaction (a slash command, a button press, an autocomplete)."""
+    return f"discord:interaction:{interaction.id}"
+
+
+class OnceCommandTree(app_commands.CommandTree):
+    """The slash command tree, running each application command (and autocomplete) on the
+    one front-end that sees it first; the others leave it alone, without answering Discord."""
+
+    def __init__(self, client: discord.Client, bot: Assistant) -> None:
+        super().__init__(client)
+        self._bot = bot
+
+    async def interaction_check(self, interaction: discord.Interaction, /) -> bool:
+        return await self._bot.first_delivery(interaction_key(interaction))
+
+
 class ClientCore(discord.Client):
     """A discord.py client serving one :class:`~bot.runtime.Assistant` (``raptor``) with the
     configuration ``settings``; see the module docstring."""
@@ -60,7 +85,7 @@ class ClientCore(discord.Client):
         self.raptor = bot
         self.settings = config
         self.scope = translate.Scope.of(config)
-        self.tree = app_commands.CommandTree(self)
+        self.tree = OnceCommandTree(self, bot)
         self._work: set[asyncio.Task[Any]] = set()
         guard_parsers(self._connection)
 
@@ -78,6 +103,20 @@ class ClientCore(discord.Client):
     async def on_ready(self) -> None:
         user = self.user
         log.info("connected to Discord as %s (%s), in %d guild(s)", user, getattr(user, "id", "?"), len(self.guilds))
+        self.raptor.add_courier(translate.PLATFORM, self.courier)
+
+    def courier(self, address: ReplyAddress) -> Send:
+        """The ``send`` of replies to ``address`` without an event (a rebuild run by a worker):
+        posted in ``address.thread`` (a thread is a channel of its own on Discord), else in the
+        address's channel, rendered and sent as replies to messages are (it never raises)."""
+        target = address.thread or address.channel.channel
+        workspace = address.channel.workspace
+        try:
+            channel = self.get_partial_messageable(int(target), guild_id=int(workspace) if workspace.isdigit() else None)
+        except ValueError:
+            log.warning("cannot post to %s (thread %r): not a Discord channel id", address.channel, address.thread)
+            return _nowhere
+        return ChannelSend(channel)
 
     async def close(self) -> None:
         """Lets the events being handled finish (briefly), cancels the rest, then closes."""
@@ -116,3 +155,6 @@ class ClientCore(discord.Client):
         with suppress(Exception):
             await send(render.failure_reply(reference))
 
+
+async def _nowhere(reply: Reply) -> None:
+    """The ``send`` of an address no reply can go to (logged when it was made)."""

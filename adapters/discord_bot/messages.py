@@ -10,7 +10,10 @@ Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.clie
 * attachments of a message that mentions the bot, and of every message in a
   ``library_channels`` channel, are downloaded and added as sources;
 * other bots, system messages and places the configuration does not allow are
-  ignored without a word. The bot shows it is typing while it works.
+  ignored without a word. The bot shows it is typing while it works;
+* every front-end's gateway connection receives every message: one the bot would act on
+  is handled only where the bot's delivery ledger names it first
+  (``discord:message:<message id>``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class MessageHandling(ClientCore):
             )
             context = translate.context_of(history, self.bot_id) if addressed or follow_up else ()
         if not (uploads or addressed or follow_up):
+            return
+        if not await self.raptor.first_delivery(message_key(message)):
+            log.debug("message %s is handled by another front-end (or was already)", message.id)
             return
         person = self._message_person(message)
         async with keep_typing(message.channel) as typing:
@@ -123,6 +129,11 @@ class MessageHandling(ClientCore):
             except (discord.HTTPException, OSError) as exc:
                 log.warning("cannot fetch channel %s: %s", channel.id, exc)
         return translate.place_of(channel, guild_id)
+
+
+def message_key(message: discord.Message) -> str:
+    """The delivery key of a message: its id, unique across Discord."""
+    return f"discord:message:{message.id}"
 
 
 def place_manager(channel: Any, author: Any) -> bool:

@@ -7,12 +7,22 @@ files, and their text with the thread they start, if any) and unpinned ones remo
 One channel's changes are handled one at a time, so a burst of pins adds each once;
 one pin's failure is reported and does not hold the others up. The bot's own messages
 (its answers) are never sources.
+
+Every front-end receives every pins update and compares for itself, but each change is
+made by one only, the first to claim it in the bot's delivery ledger: a pin by
+``discord:pin:<channel>:<message>:<pinned at>`` and an unpin by
+``discord:unpin:<channel>:<message>:<pinned at>`` (Discord says when a message was
+pinned; pinning a message again is another change). Discord says neither who pinned nor
+when a message was unpinned, so the unpin's time is the one this front-end saw the
+message pinned at, or else, when it never saw it pinned, the update's last pin time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import discord
@@ -37,14 +47,15 @@ class PinHandling(ClientCore):
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
         super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
         self._pin_locks: dict[int, asyncio.Lock] = {}  # one per channel: its changes, one at a time
+        self._pinned_at: dict[int, dict[int, str]] = {}  # channel -> its pinned messages at the last look -> when
 
     async def on_guild_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
-        await self._pins_changed(channel)
+        await self._pins_changed(channel, last_pin)
 
     async def on_private_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
-        await self._pins_changed(channel)
+        await self._pins_changed(channel, last_pin)
 
-    async def _pins_changed(self, channel: Any) -> None:
+    async def _pins_changed(self, channel: Any, last_pin: Any = None) -> None:
         """Adds newly pinned messages and removes unpinned ones (see :func:`translate.pin_changes`).
         One channel's changes are handled one at a time, so a burst of pins adds each once."""
         with self._tracked():
@@ -54,27 +65,35 @@ class PinHandling(ClientCore):
             lock = self._pin_locks.setdefault(channel.id, asyncio.Lock())
             async with lock:
                 try:
-                    await self._sync_pins(channel, place)
+                    await self._sync_pins(channel, place, _stamp(last_pin))
                 except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"reading the pins of channel {channel.id}", ChannelSend(channel))
 
-    async def _sync_pins(self, channel: Any, place: Place) -> None:
-        """Compares the channel's pins with the bot's pinned-message sources and acts on the difference."""
+    async def _sync_pins(self, channel: Any, place: Place, last_pin: str = "") -> None:
+        """Compares the channel's pins with the bot's pinned-message sources and acts on the
+        difference, each change only where the delivery ledger names it first."""
         pinned = [message async for message in channel.pins(limit=None)]
+        seen_before = self._pinned_at.get(channel.id, {})
+        self._pinned_at[channel.id] = {m.id: _stamp(m.pinned_at) or last_pin for m in pinned}
         sources = await self.raptor.sources(place.key)
         files_only = [m.id for m in pinned if m.attachments and not m.content.strip()]
         changes = translate.pin_changes(channel.id, [m.id for m in pinned], sources, files_only)
-        if not changes.added and not changes.removed:
-            return
         by_id = {message.id: message for message in pinned}
+        first = self.raptor.first_delivery
+        added = [message_id for message_id in changes.added
+                 if await first(pin_key(channel.id, message_id, self._pinned_at[channel.id][message_id]))]
+        removed = [external_id for external_id in changes.removed
+                   if await first(unpin_key(external_id, seen_before, last_pin))]
+        if not added and not removed:
+            return
         async with keep_typing(channel):
-            for message_id in changes.added:
+            for message_id in added:
                 message = by_id[message_id]
                 try:
                     await self._pin(channel, message, place)
                 except Exception:  # one pin's failure must not hold the others up  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"adding pinned message {message_id}", ChannelSend(channel, message))
-            for external_id in changes.removed:
+            for external_id in removed:
                 message_id = int(external_id.rsplit("/", 1)[1])
                 send = ChannelSend(channel, channel.get_partial_message(message_id))
                 await self.raptor.handler.handle(Unpin(place.key, translate.PINNER, external_id), send)
@@ -104,3 +123,21 @@ class PinHandling(ClientCore):
             return ()
         history = [m async for m in thread.history(limit=PINNED_THREAD_LIMIT, oldest_first=True)]
         return translate.thread_replies(history, self.bot_id)
+
+
+def pin_key(channel_id: int, message_id: int, pinned_at: str) -> str:
+    """The delivery key of pinning a message (again: ``pinned_at`` tells the times apart)."""
+    return f"discord:pin:{channel_id}:{message_id}:{pinned_at}"
+
+
+def unpin_key(external_id: str, pinned_at: Mapping[int, str], last_pin: str) -> str:
+    """The delivery key of unpinning the message of a pinned-message source: the time it was
+    pinned when this front-end saw it pinned, else the update's last pin time."""
+    channel_id, _, message_id = external_id.rpartition("/")
+    when = pinned_at.get(int(message_id), "") if message_id.isdigit() else ""
+    return f"discord:unpin:{channel_id}:{message_id}:{when or 'last-' + last_pin}"
+
+
+def _stamp(moment: Any) -> str:
+    """A pin time as text (ISO 8601); empty when Discord gave none."""
+    return moment.isoformat() if isinstance(moment, datetime) else ""

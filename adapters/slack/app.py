@@ -5,7 +5,9 @@ composition root.
 :class:`~adapters.slack.handling.SlackAdapter` and the ``AsyncApp``
 (:func:`~adapters.slack.listeners.build_app`), then serves in ``slack.mode``: Socket
 Mode (the app token is checked first), or HTTP mode behind an aiohttp server with a
-health check at :data:`HEALTH_PATH`. It runs until cancelled, then stops receiving,
+health check at :data:`HEALTH_PATH`. Once it receives events it registers the
+adapter's courier with the bot (platform ``"slack"``), so replies without an event (a
+rebuild run by a worker process) can be posted. It runs until cancelled, then stops receiving,
 lets the events being worked on finish, and closes its connections.
 
 Tokens and the signing secret come only from :class:`~bot.config.SlackConfig`
@@ -33,7 +35,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import web as slack_web
 from adapters.slack.handling import DRAIN_TIMEOUT_S, MAX_CONCURRENT_EVENTS, SlackAdapter
 from adapters.slack.listeners import build_app
-from adapters.slack.translate import BotIdentity
+from adapters.slack.translate import PLATFORM, BotIdentity
 from bot.config import SlackConfig
 from bot.errors import BotError
 from bot.runtime import Assistant
@@ -140,8 +142,7 @@ async def _serve_socket(
         handler.client.wss_uri = str(opened.get("url") or "") or None
         await handler.connect_async()
         log.info("Slack: connected in Socket Mode")
-        if on_ready is not None:
-            on_ready(SlackRunning(adapter, "socket"))
+        _serving(adapter, SlackRunning(adapter, "socket"), on_ready)
         await asyncio.Event().wait()  # until cancelled
     finally:
         await handler.close_async()
@@ -168,11 +169,17 @@ async def _serve_http(
         host, port = _bound_address(runner, config)
         url = f"http://{host}:{port}{config.http_path}"
         log.info("Slack: HTTP mode, listening on %s", url)
-        if on_ready is not None:
-            on_ready(SlackRunning(adapter, "http", url))
+        _serving(adapter, SlackRunning(adapter, "http", url), on_ready)
         await asyncio.Event().wait()  # until cancelled
     finally:
         await runner.cleanup()
+
+
+def _serving(adapter: SlackAdapter, running: SlackRunning, on_ready: Callable[[SlackRunning], None] | None) -> None:
+    """The app receives events: the bot may post through it, and ``on_ready`` hears of it."""
+    adapter.bot.add_courier(PLATFORM, adapter.courier)
+    if on_ready is not None:
+        on_ready(running)
 
 
 def _bound_address(runner: web.AppRunner, config: SlackConfig) -> tuple[str, int]:

@@ -8,8 +8,14 @@
   acknowledgement never waits for the work. At most ``max_concurrency`` tasks work
   at once; :meth:`SlackAdapter.drain` waits for them when the app stops;
 * :meth:`SlackAdapter.first_delivery` tells an Events API delivery from Slack's
-  retry of it (Slack resends events not acknowledged within 3 s), so an event is
-  answered once whatever the retries (memory bounded by :data:`SEEN_EVENTS`);
+  retry of it (Slack resends events not acknowledged within 3 s, possibly to another
+  replica behind the load balancer), so an event is answered once whatever the
+  retries: the bot's delivery ledger (``Assistant.first_delivery``, shared by the
+  replicas) remembers ``slack:event:<event_id>``. A shared file, which arrives as two
+  events (its message and ``file_shared``), is taken once by ``slack:file:<channel>:<file id>``;
+* :meth:`SlackAdapter.courier` posts replies to a channel without an event (a rebuild's
+  progress and result that a worker process produced), as :class:`~adapters.slack.web.Outbox`
+  posts every reply;
 * a task classifies the payload (:mod:`adapters.slack.translate`), fetches what
   Slack did not send (:mod:`adapters.slack.web`: the person, the thread, the file),
   and gives the neutral event to ``bot.handler.handle`` with a ``send`` that posts
@@ -25,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import replace
@@ -53,32 +58,14 @@ from bot import replies
 from bot.commands import ASK
 from bot.config import SlackConfig
 from bot.errors import BotError, log_failure, new_reference
-from bot.neutral import Event, Person, Reply, ReplyKind
+from bot.neutral import Event, Person, Reply, ReplyAddress, ReplyKind, Send
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
-SEEN_EVENTS = 10_000  # event ids (and shared file ids) remembered to drop Slack's retries
 MAX_CONCURRENT_EVENTS = 16  # events worked on at once; more wait (their acknowledgement does not)
 DRAIN_TIMEOUT_S = 10.0  # on stop, how long events being worked on may take to finish
 
-
-class RecentKeys:
-    """The last ``size`` keys seen, to tell a first delivery from a repeated one."""
-
-    def __init__(self, size: int = SEEN_EVENTS) -> None:
-        self._size = size
-        self._keys: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, key: str) -> bool:
-        """Remembers ``key``; True when it was not remembered already."""
-        if key in self._keys:
-            self._keys.move_to_end(key)
-            return False
-        self._keys[key] = None
-        if len(self._keys) > self._size:
-            self._keys.popitem(last=False)
-        return True
 
 class SlackAdapter:
     """Turns Slack payloads into work for one started :class:`~bot.runtime.Assistant`.
@@ -105,25 +92,37 @@ class SlackAdapter:
         self.outbox = Outbox(client, session)
         self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
                                      config.api_base_url)
-        self._seen_events = RecentKeys()
-        self._seen_files = RecentKeys()
         self._slots = asyncio.Semaphore(max_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- called by the listeners (after the acknowledgement) ---------------------------
 
-    def first_delivery(self, body: Mapping[str, Any], retry: str = "") -> bool:
-        """False for an Events API delivery whose ``event_id`` was seen (a retry of an event
-        already being handled); True otherwise, remembering it."""
+    async def first_delivery(self, body: Mapping[str, Any], retry: str = "") -> bool:
+        """False for an Events API delivery whose ``event_id`` any replica saw already (a retry
+        of an event already being handled); True otherwise, remembering it. Anything else
+        (slash commands, clicks: Slack does not retry them) is always a first delivery."""
         event_id = body.get("event_id")
         if body.get("type") != "event_callback" or not isinstance(event_id, str) or not event_id:
             return True
-        if self._seen_events.add(event_id):
+        if await self.bot.first_delivery(f"slack:event:{event_id}"):
             if retry:
                 log.info("event %s arrives first as Slack's retry %s", event_id, retry)
             return True
         log.info("event %s delivered again (retry %s): answered once already", event_id, retry or "?")
         return False
+
+    def courier(self, address: ReplyAddress) -> Send:
+        """The ``send`` of replies to ``address`` without an event (a rebuild's progress and
+        result from a worker): posted in the conversation, in ``address.thread`` unless the
+        reply names its own, exactly as replies to events are (it never raises either).
+        With no person to show it to, a private reply is posted in the conversation like
+        any other (ephemeral messages need one)."""
+        deliver = self.outbox.sender(Target(address.channel.channel, "", thread=address.thread))
+
+        async def send(reply: Reply) -> None:
+            await deliver(replace(reply, private=False) if reply.private else reply)
+
+        return send
 
     def on_event(self, body: Mapping[str, Any]) -> None:
         self.spawn(self._event(body), "slack event")
@@ -253,7 +252,7 @@ class SlackAdapter:
     # -- sources -------------------------------------------------------------------------
 
     async def _files(self, origin: Origin, files: tuple[SlackFile, ...]) -> None:
-        fresh = [f for f in files if self._seen_files.add(f"{origin.channel}:{f.id}")]
+        fresh = [f for f in files if await self._first_sight(origin.channel, f.id)]
         if not fresh:
             return
         # Notes go in a thread under the file's message, so sharing stays quiet in the channel.
@@ -265,8 +264,8 @@ class SlackAdapter:
 
     async def _file_notice(self, notice: FileNotice) -> None:
         origin = notice.origin
-        if not self._seen_files.add(f"{origin.channel}:{notice.file_id}"):
-            return  # its message (subtype file_share) brought it already
+        if not await self._first_sight(origin.channel, notice.file_id):
+            return  # its message (subtype file_share) brought it already, here or on another replica
         target = Target(origin.channel, origin.user)
         async with self._reporting(target, "a shared file"):
             file = await slack_web.file_info(self.client, notice.file_id)
@@ -274,6 +273,11 @@ class SlackAdapter:
                 raise BotError(f"files.info gave no file for {notice.file_id}")
             person = await self.people.get(origin.user)
             await self._upload(origin, person, file, target)
+
+    async def _first_sight(self, channel: str, file_id: str) -> bool:
+        """True the first time any replica takes the file shared in ``channel``: it arrives
+        twice (its message and ``file_shared``), possibly at two replicas."""
+        return await self.bot.first_delivery(f"slack:file:{channel}:{file_id}")
 
     async def _upload(self, origin: Origin, person: Person, file: SlackFile, target: Target) -> None:
         async with self._working(origin.channel, origin.ts):

@@ -6,8 +6,8 @@ How a request reaches the adapter (:func:`build_app` wires it):
    signature and timestamp bolt verifies (a bad or more than 5 minutes old one
    gets 401, and nothing runs);
 2. a global middleware asks :meth:`~adapters.slack.handling.SlackAdapter.first_delivery`
-   and drops an Events API delivery seen already (Slack's retries, told by
-   ``X-Slack-Retry-Num``) with a bare 200;
+   and drops an Events API delivery seen already, by this replica or another (Slack's
+   retries, told by ``X-Slack-Retry-Num``), with a bare 200;
 3. the listener acknowledges at once (bolt acks events before the listener runs;
    slash commands and clicks call ``ack()`` first) and hands the payload to the
    adapter, which starts a background task and returns.
@@ -67,7 +67,7 @@ def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
                            next: Callable[[], Coroutine[Any, Any, None]]) -> BoltResponse | None:
         retry = (request.headers.get("x-slack-retry-num") or [""])[0]
         retry = "" if retry == "0" else retry  # Socket Mode says 0 for a first delivery
-        if not adapter.first_delivery(body, retry):
+        if not await adapter.first_delivery(body, retry):
             return BoltResponse(status=200, body="")
         return await next()  # type: ignore[func-returns-value]
 

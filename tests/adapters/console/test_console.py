@@ -25,7 +25,19 @@ from adapters.console.app import ConsoleChannel
 from adapters.console.translate import LineContext, Notice, Quit, parse_line, render_reply
 from bot.cli import main
 from bot.config import Config, ConsoleConfig
-from bot.neutral import CitationKind, CitationView, Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload
+from bot.neutral import (
+    CitationKind,
+    CitationView,
+    Command,
+    Person,
+    Pin,
+    Question,
+    Reply,
+    ReplyAddress,
+    ReplyKind,
+    Unpin,
+    Upload,
+)
 from bot.runtime import Assistant
 from bot.tree_picture import PICTURE_SIZE
 from raptor_engine.embedding import SentenceTransformerEmbedder
@@ -271,6 +283,27 @@ def test_start_adds_the_sample_once_and_pins_continue_numbering(engine: Engine, 
         assert "console-pin-2" in terminal.take()
 
     with_bot(engine, config, body)
+
+
+def test_the_courier_prints_replies_without_an_event(engine: Engine, tmp_path: Path) -> None:
+    """Once started, the console is the bot's courier for its platform: a rebuild's progress and
+    result from another process are printed as any reply, another channel's under its name."""
+    terminal = Terminal()
+
+    async def body(bot: Assistant) -> None:
+        console = ConsoleChannel(bot, terminal.write)
+        assert "console" not in bot.couriers
+        await console.start()
+        terminal.take()
+        courier = bot.couriers["console"]
+        progress = Reply(ReplyKind.PROGRESS, "Summarising layer 1 of 3")
+        await courier(ReplyAddress(console.key))(progress)
+        assert terminal.take() == render_reply(progress)
+        elsewhere = ChannelKey("console", console.key.workspace, "ops")
+        await courier(ReplyAddress(elsewhere))(Reply(ReplyKind.INFO, "The tree is rebuilt."))
+        assert terminal.take() == "#ops:\nThe tree is rebuilt."
+
+    with_bot(engine, console_config(tmp_path), body)
 
 
 def test_translate_lines_and_replies(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from adapters.slack.app import SlackRunning, run_slack
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
 from adapters.slack.web import People, Target
 from bot.config import BotConfig, Config, RateLimitConfig
+from bot.coordination.deliveries import LocalLedger
 from bot.errors import BotError
 from bot.neutral import (
     Attachment,
@@ -37,8 +38,10 @@ from bot.neutral import (
     Event,
     Question,
     Reply,
+    ReplyAddress,
     ReplyKind,
     Send,
+    Upload,
 )
 from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
@@ -220,6 +223,83 @@ def test_a_retried_event_is_answered_once(engine: Engine, tmp_path: Path, mode: 
         await settle(running, bot)
         assert len(slack.posts(CHANNEL, asked["ts"])) == 1
         assert len(slack.calls_of("reactions.add", timestamp=asked["ts"])) == 1
+
+    run(engine, tmp_path, mode, body)
+
+
+def test_two_replicas_sharing_a_ledger_answer_each_event_once(engine: Engine, tmp_path: Path) -> None:
+    """Two front-ends behind a load balancer (HTTP mode), one delivery ledger: Slack's retry
+    of an event reaching the other replica, and a shared file's two events reaching one each,
+    are handled once."""
+
+    async def session() -> None:
+        ledger = LocalLedger()
+        bots = [Assistant(bot_config(tmp_path / name), engine, deliveries=ledger) for name in ("one", "two")]
+        for bot in bots:
+            await bot.start(warm_up=False)
+        try:
+            async with SlackStandIn() as slack:
+                slack.add_user(ANA, "Ana", admin=True)
+                async with app_running(bots[0], slack, "http") as one, app_running(bots[1], slack, "http") as two:
+                    events = [recorded(bot) for bot in bots]
+
+                    async def settle_both() -> None:
+                        await settle(one, bots[0])
+                        await settle(two, bots[1])
+
+                    # A shared file: its message reaches the first replica, its file_shared event the second.
+                    meta = slack.add_file(ANA, "aurora-handbook.md", SAMPLE.read_bytes(), "text/markdown")
+                    shared = slack.say(CHANNEL, ANA, "")
+                    shared.update({"subtype": "file_share", "files": [meta], "upload": False, "display_as_bot": False})
+                    slack.app_url = one.url
+                    assert (await slack.deliver_event(dict(shared))).status == 200
+                    slack.app_url = two.url
+                    notice = {"type": "file_shared", "channel_id": CHANNEL, "file_id": meta["id"], "user_id": ANA,
+                              "file": {"id": meta["id"]}, "event_ts": slack.next_ts()}
+                    assert (await slack.deliver_event(notice)).status == 200
+                    await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the upload's note")
+                    await settle_both()
+                    assert len(slack.posts(CHANNEL, shared["ts"])) == 1
+                    assert [len([e for e in found if isinstance(e, Upload)]) for found in events] == [1, 0]
+
+                    # A mention: delivered to the first replica, Slack's retry of it to the second.
+                    asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+                    callback = slack.event_callback(slack.events_for(asked)[1])
+                    slack.app_url = one.url
+                    first = await slack.deliver_callback(callback)
+                    slack.app_url = two.url
+                    retry = await slack.deliver_callback(callback, retry=1)
+                    assert first.status == retry.status == 200
+                    await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
+                    await settle_both()
+                    assert len(slack.posts(CHANNEL, asked["ts"])) == 1
+                    assert [len([e for e in found if isinstance(e, Question)]) for found in events] == [1, 0]
+                assert not slack.rejected(), slack.rejected()
+        finally:
+            for bot in bots:
+                await bot.stop()
+
+    asyncio.run(session())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_courier_posts_to_the_channel_and_thread_named(engine: Engine, tmp_path: Path, mode: str) -> None:
+    """What a worker process produced (a rebuild's progress and result) is posted through the
+    courier the app registered once serving, as replies to events are."""
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        courier = bot.couriers["slack"]
+        asked = slack.say(CHANNEL, ANA, f"<@{BOT_USER}> rebuild")
+        await courier(ReplyAddress(key(), asked["ts"]))(Reply(ReplyKind.PROGRESS, "Summarising layer 1 of 3"))
+        await courier(ReplyAddress(key("C200")))(Reply(ReplyKind.INFO, "The tree is rebuilt: 3 layers."))
+        # No person to show it to: a private reply goes to the conversation like any other.
+        await courier(ReplyAddress(key("C200")))(Reply(ReplyKind.INFO, "Only for you.", private=True))
+        [progress] = slack.posts(CHANNEL, asked["ts"])
+        assert "Summarising layer 1 of 3" in progress["text"]
+        done, private = slack.posts("C200")
+        assert "thread_ts" not in done and "The tree is rebuilt: 3 layers." in done["text"]
+        assert "Only for you." in private["text"] and not slack.ephemerals()
+        assert len(slack.posts()) == 3
 
     run(engine, tmp_path, mode, body)
 
