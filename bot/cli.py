@@ -111,6 +111,11 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO = sys.stdin, stdout: T
 _CHATTY_LIBRARIES = ("numba", "urllib3", "httpcore", "PIL", "matplotlib", "filelock", "fsspec")
 
 
+# Loggers whose INFO lines are routine, per request or per scheduled run (the sweep runs every
+# few seconds): shown from WARNING, whatever the level.
+_ROUTINE_LOGGERS = ("httpx", "apscheduler.executors.default", "apscheduler.scheduler")
+
+
 def configure_logging(level: str, verbose: bool, log_format: str = "text", command: str = "") -> None:
     """Logs at ``level`` (the configuration's ``log_level``), or at INFO where ``-v`` asks for
     more; as text lines, or as one JSON object per line (``observability.log_format: json``)
@@ -129,6 +134,8 @@ def configure_logging(level: str, verbose: bool, log_format: str = "text", comma
     logging.getLogger().setLevel(threshold)
     for name in _CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(max(threshold, logging.INFO))
+    for name in _ROUTINE_LOGGERS:
+        logging.getLogger(name).setLevel(max(threshold, logging.WARNING))
     logging.captureWarnings(True)
 
 

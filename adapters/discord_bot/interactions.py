@@ -56,6 +56,7 @@ class InteractionHandling(ClientCore):
             send = InteractionSend(self, interaction)
             if not await send.defer(thinking=True, ephemeral=False):
                 return
+            self._count_ack(interaction)
             person = translate.person_of(interaction.user, interaction_manager(interaction, place))
             try:
                 await self.raptor.handler.handle(Command(place.key, person, name, argument, place.thread), send)
@@ -83,6 +84,7 @@ class InteractionHandling(ClientCore):
             # Opening a node takes a moment: show "thinking". A vote is silent until the handler speaks.
             if not await send.defer(thinking=isinstance(action, translate.OpenNode), ephemeral=True):
                 return
+            self._count_ack(interaction)
             person = translate.person_of(interaction.user, interaction_manager(interaction, place))
             try:
                 await self.raptor.handler.handle(translate.button_event(action, place, person), send)
@@ -90,6 +92,11 @@ class InteractionHandling(ClientCore):
                 await self._failed("handling a button press", send)
             finally:
                 await send.finish()
+
+    def _count_ack(self, interaction: discord.Interaction) -> None:
+        """Counts the time from the interaction's creation (its snowflake) to its acknowledgement."""
+        waited = (discord.utils.utcnow() - interaction.created_at).total_seconds()
+        self.raptor.metrics.observe_ack("discord", max(waited, 0.0))
 
     async def source_choices(self, interaction: discord.Interaction, typed: str) -> list[app_commands.Choice[str]]:
         """Autocomplete of ``forget``: the channel's sources whose id or title contains what is typed."""

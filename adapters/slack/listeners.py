@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -67,9 +68,14 @@ def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
                            next: Callable[[], Coroutine[Any, Any, None]]) -> BoltResponse | None:
         retry = (request.headers.get("x-slack-retry-num") or [""])[0]
         retry = "" if retry == "0" else retry  # Socket Mode says 0 for a first delivery
+        started = time.perf_counter()
         if not await adapter.first_delivery(body, retry):
             return BoltResponse(status=200, body="")
-        return await next()  # type: ignore[func-returns-value]
+        try:
+            return await next()  # type: ignore[func-returns-value]
+        finally:
+            # Listeners only start work and acknowledge: this is the time to Slack's acknowledgement.
+            adapter.bot.metrics.observe_ack("slack", time.perf_counter() - started)
 
     async def on_event(body: dict[str, Any]) -> None:
         adapter.on_event(body)

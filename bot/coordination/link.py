@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+STABLE_S = 5.0  # the server must answer this long before an outage is logged as over
 _UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -54,6 +55,8 @@ class RedisLink:
             url, socket_connect_timeout=connect_s, socket_timeout=read_s)
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._outage_since: float | None = None  # the outage logged and not yet logged as over
+        self._up_since: float | None = None  # answering again since (an outage ends once this lasts)
 
     def key(self, *parts: str) -> str:
         """The namespaced key ``namespace:part:part...``."""
@@ -103,21 +106,32 @@ class RedisLink:
         self.blocking.close()
 
     def mark_down(self, exc: BaseException) -> None:
-        """Notes that the server could not be reached (logged once per outage)."""
+        """Notes that the server could not be reached. An outage is logged when it starts; a
+        failure soon after a success that did not last :data:`STABLE_S` (a server shutting down
+        drops its connections before it stops listening) belongs to the same outage."""
         with self._lock:
             if self._down_since is not None:
                 return
-            self._down_since = time.monotonic()
+            now = time.monotonic()
+            self._down_since = now
+            self._up_since = None
+            if self._outage_since is not None:
+                return  # the outage already logged goes on
+            self._outage_since = now
         log.warning("the coordination server is unreachable (%s); rebuilds wait, questions are still answered",
                     type(exc).__name__)
 
     def _mark_up(self) -> None:
         with self._lock:
-            if self._down_since is None:
+            now = time.monotonic()
+            if self._down_since is not None:
+                self._down_since = None
+                self._up_since = now
+            if self._outage_since is None or self._up_since is None or now - self._up_since < STABLE_S:
                 return
-            down_for = time.monotonic() - self._down_since
-            self._down_since = None
-        log.warning("the coordination server is back after %.0f s", down_for)
+            lasted = self._up_since - self._outage_since
+            self._outage_since = self._up_since = None
+        log.warning("the coordination server is back (it was unreachable for %.0f s)", lasted)
 
 
 def describe(value: Any) -> str:

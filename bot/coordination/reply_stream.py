@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from bot.coordination.link import CoordinationDown, RedisLink
 from bot.neutral import ChannelKey, Courier, Reply, ReplyAddress, ReplyKind
 
@@ -70,6 +72,13 @@ class ReplyReader:
             try:
                 posted = await self.read_once()
             except CoordinationDown:
+                await asyncio.sleep(RETRY_S)
+                continue
+            except ResponseError as exc:
+                # A server restarted without its data has lost the consumer group: make it again.
+                if "NOGROUP" not in str(exc):
+                    log.warning("reading rebuild replies failed: %s", exc)
+                self._groups_made.clear()
                 await asyncio.sleep(RETRY_S)
                 continue
             if not self._couriers:
