@@ -93,7 +93,7 @@ async def measure(bot: Assistant, articles: Sequence[Article], questions: list[s
     await rebuilding.handle_line("/rebuild")
     during: list[float] = []
     index = 0
-    while bot.scheduler.status(rebuilding_key).running:
+    while (await bot.scheduler.status(rebuilding_key)).running:
         during.append(await ask(answers, questions[index % len(questions)]))
         index += 1
     await bot.scheduler.wait_idle(rebuilding_key)

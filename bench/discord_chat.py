@@ -229,7 +229,7 @@ async def rebuild_phase(stage: Stage, questions: Sequence[Sequence[str]], count:
     started = rebuild.dispatched_at
     timings: list[Timing] = []
     wave = first_wave  # other questions than the idle phase's, where there are enough
-    while len(timings) < count and stage.bot.scheduler.status(key).running:
+    while len(timings) < count and (await stage.bot.scheduler.status(key)).running:
         timings += await ask_wave(stage, wave, questions, "rebuild")
         wave += 1
     await fake.wait_for(lambda: len(rebuild.messages) >= 2 and "Rebuilt" in rebuild.texts()[-1], 600)

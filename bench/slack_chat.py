@@ -122,7 +122,7 @@ def _first(calls: list[ApiCall], start: int, method: str, **where: Any) -> ApiCa
 
 async def ask(slack: SlackStandIn, bot: Assistant, channel: str, text: str) -> Sample:
     """Asks one question as a person would and times it (see the module docstring)."""
-    during = bot.scheduler.status(key_of(REBUILD_CHANNEL)).running
+    during = (await bot.scheduler.status(key_of(REBUILD_CHANNEL))).running
     start = len(slack.calls)
     message = slack.say(channel, ASKER, f"<@{BOT_USER}> {text}")
     deliveries = [await slack.deliver_event(event) for event in slack.events_for(message)]
@@ -137,7 +137,7 @@ async def ask(slack: SlackStandIn, bot: Assistant, channel: str, text: str) -> S
         other_acks=tuple(d.seconds for d in deliveries[:-1]),
         reaction=(reaction.at - mention.sent_at) if reaction else float("nan"),
         answer=answer.at - mention.sent_at,
-        during_rebuild=during or bot.scheduler.status(key_of(REBUILD_CHANNEL)).running,
+        during_rebuild=during or (await bot.scheduler.status(key_of(REBUILD_CHANNEL))).running,
     )
 
 
@@ -168,8 +168,8 @@ async def run_mode(engine: Engine, directory: Path, mode: str, asked: Sequence[t
                 idle = await ask_many(slack, bot, cycle[:questions], wave)
                 with Stopwatch() as rebuild:
                     command = await slack.slash(REBUILD_CHANNEL, ADMIN, "rebuild")
-                    await slack.wait_until(lambda: bot.scheduler.status(key_of(REBUILD_CHANNEL)).running,
-                                           what="the rebuild to start")
+                    while not (await bot.scheduler.status(key_of(REBUILD_CHANNEL))).running:
+                        await asyncio.sleep(0.01)  # the rebuild to start
                     busy = await ask_many(slack, bot, cycle[questions:], wave)
                     await bot.scheduler.wait_idle(key_of(REBUILD_CHANNEL))
                 await running.adapter.wait_idle()
