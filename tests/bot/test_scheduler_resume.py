@@ -27,7 +27,7 @@ async def resumed(engine: Engine, config: BotConfig, key: ChannelKey) -> bool:
     scheduler = RebuildScheduler(engine, config)
     await scheduler.start()
     try:
-        running = scheduler.status(key).running
+        running = (await scheduler.status(key)).running
         await scheduler.wait_idle()
         return running
     finally:
@@ -55,7 +55,7 @@ def test_a_channel_schedule_decides_for_its_channel(engine: Engine, channel: Cha
         scheduler = RebuildScheduler(engine, config)
         await scheduler.start()
         try:
-            return scheduler.status(channel).running, scheduler.status(other).running
+            return (await scheduler.status(channel)).running, (await scheduler.status(other)).running
         finally:
             await scheduler.wait_idle()
             await scheduler.stop()
