@@ -60,5 +60,6 @@ def log_failure(logger: logging.Logger, message: str, *args: object) -> str:
     as ``message % (*args, reference)`` (the message's last ``%s`` is a new reference), and
     returns that reference, for the person's reply to quote."""
     reference = new_reference()
-    logger.exception(message, *args, reference)
+    # Also as a field of its own, for structured (JSON) logs to be searched by reference.
+    logger.exception(message, *args, reference, extra={"reference": reference})
     return reference

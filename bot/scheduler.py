@@ -208,17 +208,11 @@ class RebuildScheduler:
         if state.task is not None:
             log.debug("channel %s: scheduled check skipped: a rebuild runs", key)
             return False
-        try:
-            stats = await self._engine.stats(key)
-        except RaptorError as exc:
-            log.warning("channel %s: scheduled check failed: %s", key, exc)
-            return False
-        if not sources_changed(stats):
-            log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+        if not await changed_since_served(self._engine, key):
             return False
         if state.task is not None:  # a request came in while stats were read
             return False
-        log.info("channel %s: scheduled check: %d source(s) changed", key, stats.pending_sources)
+        log.info("channel %s: scheduled check: sources changed", key)
         self._launch(key, state, _Batch([], manual=False))
         return True
 
@@ -447,6 +441,20 @@ class ProgressRelay:
         self._closed = True
         if self._in_flight is not None:
             self._in_flight.cancel()
+
+
+async def changed_since_served(engine: AsyncEngine, key: ChannelKey) -> bool:
+    """A scheduled check's question: did the channel's sources change since its served tree?
+    A store failure is logged and answers no: the next check asks again."""
+    try:
+        stats = await engine.stats(key)
+    except RaptorError as exc:
+        log.warning("channel %s: scheduled check failed: %s", key, exc)
+        return False
+    if not sources_changed(stats):
+        log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+        return False
+    return True
 
 
 def sources_changed(stats: TreeStats) -> bool:

@@ -70,13 +70,8 @@ class BotProcess:
 
     def stop(self) -> None:
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGCONT)
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
+            self.popen.send_signal(signal.SIGCONT)  # a paused process cannot handle SIGTERM
+            terminate(self.popen)
         self.stopped = True
 
 
@@ -155,6 +150,18 @@ class Cluster:
         return int(value.decode().rsplit(":", 1)[-1])
 
 
+def terminate(popen: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within ``grace_s``."""
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=5)
+
+
 def _listens(port: int) -> bool:
     import socket
 
@@ -208,13 +215,8 @@ class ChromaServer:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self._popen is not None and self._popen.poll() is None:
-            self._popen.terminate()
-            try:
-                self._popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._popen.kill()
-                self._popen.wait(timeout=5)
+        if self._popen is not None:
+            terminate(self._popen)
         self._popen = None
 
 

@@ -36,8 +36,8 @@ from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.schedule_status import ScheduleStatus
-from bot.scheduler import MISFIRE_GRACE_S, RequestResult, schedule_of, sources_changed, trigger_for
-from raptor_engine import ChannelKey, Engine, RaptorError, channel_digest
+from bot.scheduler import MISFIRE_GRACE_S, RequestResult, changed_since_served, schedule_of, trigger_for
+from raptor_engine import ChannelKey, Engine, channel_digest
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +115,7 @@ class QueuedRebuilds:
     async def check(self, key: ChannelKey) -> bool:
         """The scheduled check: enqueues a job if the channel's sources changed since its
         served tree and no replica claimed this period yet. True if this call enqueued."""
-        try:
-            stats = await self._engine.stats(key)
-        except RaptorError as exc:
-            log.warning("channel %s: scheduled check failed: %s", key, exc)
-            return False
-        if not sources_changed(stats):
+        if not await changed_since_served(self._engine, key):
             return False
         claim = self._link.key("checked", channel_digest(key), str(self._period(key)))
         period_s = int(self._period_s(key))

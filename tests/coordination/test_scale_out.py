@@ -255,6 +255,8 @@ def test_metrics_scrape_and_readiness_follows_chroma(stack: Stack) -> None:
         status, body = stack.front_ends[0].get("/readyz")
         assert status == 503 and json.loads(body)["checks"]["chroma"] != "ok"
         assert stack.workers[0].get("/readyz")[0] == 503
+        said = stack.ask(stack.front_ends[1], "CONCE")  # a channel with a tree: the store is what fails
+        assert "Chroma" in said or "store" in said, said
     finally:
         stack.chroma.start()
     stack.wait(lambda: stack.front_ends[0].get("/readyz")[0] == 200, "ready again")

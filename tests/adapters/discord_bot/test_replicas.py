@@ -26,27 +26,17 @@ from adapters.discord_bot.client import RaptorClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
 from bot.coordination.deliveries import LocalLedger
-from bot.neutral import Event, Reply, ReplyAddress, ReplyKind, Send
+from bot.neutral import Reply, ReplyAddress, ReplyKind
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from testkit.discord_api import FakeDiscord, message_text
 from tests.adapters.discord_bot.conftest import ADMIN_ID, World, make_world_fake, run_world
+from tests.adapters.recording import recorded
 
 QUESTION = "What does the on-call engineer do?"
 NOTE = "Deploys are frozen on Fridays after noon, so that nobody is paged over the weekend."
 
 
-def recorded(bot: Assistant) -> list[Event]:
-    """Every neutral event the client gives the bot's handler, recorded on the way in."""
-    events: list[Event] = []
-    handle = bot.handler.handle
-
-    async def recording(event: Event, send: Send) -> None:
-        events.append(event)
-        await handle(event, send)
-
-    bot.handler.handle = recording  # type: ignore[method-assign]
-    return events
 
 
 async def quiet(world_fake: FakeDiscord, seconds: float = 0.3) -> None:

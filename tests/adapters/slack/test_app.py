@@ -35,12 +35,10 @@ from bot.neutral import (
     Attachment,
     CitationKind,
     CitationView,
-    Event,
     Question,
     Reply,
     ReplyAddress,
     ReplyKind,
-    Send,
     Upload,
 )
 from bot.runtime import Assistant
@@ -56,6 +54,7 @@ from testkit.slack_api import (
     lines_of,
     slack_config,
 )
+from tests.adapters.recording import recorded
 from tests.conftest import SAMPLE, make_engine
 
 MODES = ["socket", "http"]
@@ -105,17 +104,6 @@ async def settle(running: SlackRunning, bot: Assistant) -> None:
         await bot.scheduler.wait_idle()
 
 
-def recorded(bot: Assistant) -> list[Event]:
-    """Every neutral event the adapter gives the handler, recorded on the way in."""
-    events: list[Event] = []
-    handle = bot.handler.handle
-
-    async def recording(event: Event, send: Send) -> None:
-        events.append(event)
-        await handle(event, send)
-
-    bot.handler.handle = recording  # type: ignore[method-assign]
-    return events
 
 
 def block_ids(post: dict[str, Any]) -> list[str]:
