@@ -1,0 +1,41 @@
+"""Configuration of several processes: what is refused, and what the worker says without it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from bot.config import Config, load_config
+from bot.deploy_config import CoordinationConfig
+
+
+def test_several_processes_need_a_chroma_server() -> None:
+    with pytest.raises(ValidationError, match="chroma.host"):
+        Config(coordination=CoordinationConfig(redis_url="redis://127.0.0.1:6379/0"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "127.0.0.1:6379", "valkey://x"])
+def test_only_redis_urls_are_taken(url: str) -> None:
+    with pytest.raises(ValidationError, match="redis://"):
+        CoordinationConfig(redis_url=url)  # type: ignore[arg-type]
+
+
+def test_the_redis_password_stays_out_of_the_configuration_repr(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("chroma: {host: 127.0.0.1}\ncoordination: {redis_url: 'redis://:${REDIS_PASSWORD}@h:6379/0'}\n")
+    config = load_config(path, {"REDIS_PASSWORD": "hunter2-secret"})
+    assert config.coordination.enabled
+    assert "hunter2-secret" not in repr(config) and "hunter2-secret" not in str(config.model_dump())
+
+
+def test_a_worker_without_coordination_says_what_to_set(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "bot", "--data-dir", str(tmp_path), "worker"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "RAPTOR_CONFIG": ""})
+    assert result.returncode == 1
+    assert "coordination.redis_url" in result.stderr and "Traceback" not in result.stderr
