@@ -75,7 +75,7 @@ from bench.common import (
     verdict,
     write_json,
 )
-from bench.soak import descendants
+from bench.soak import descendants, status_fields, status_mib
 from bot.composition import build_engine
 from bot.config import ChromaConfig, Config
 from bot.coordination.deliveries import SharedLedger
@@ -154,6 +154,16 @@ class CpuMeter:
         return self.spent
 
 
+def chroma_store(pid: int | None, data_dir: Path, engine: Engine, keys: Sequence[ChannelKey]) -> dict[str, float]:
+    """What the Chroma server holds at the end: the served nodes of ``keys`` (leaves and
+    summaries), its memory (resident now and at peak) and its data directory's size on disk."""
+    nodes = sum(sum(engine.stats(key).nodes_per_layer.values()) for key in keys)
+    fields = status_fields(pid) if pid is not None else {}
+    disk = sum(path.stat().st_size for path in data_dir.rglob("*") if path.is_file())
+    return {"channels": len(keys), "served_nodes": nodes, "rss_mib": status_mib(fields.get("VmRSS", "")),
+            "peak_rss_mib": status_mib(fields.get("VmHWM", "")), "disk_mib": disk / 2**20}
+
+
 # -- the figures -------------------------------------------------------------------
 
 
@@ -203,6 +213,15 @@ class Questions:
     empty_answers: int = 0
     load_start: list[float] = field(default_factory=list)
     load_end: list[float] = field(default_factory=list)
+
+
+def cpu_ceiling(one_worker: Round) -> tuple[float, float]:
+    """How many cores one worker's round kept busy, counting every process (the worker and its
+    clustering process, Chroma, Valkey, the front-end posting results), and the most any
+    number of workers could gain on this machine's cores: the speed-up's CPU-bound ceiling."""
+    wall_per_build = one_worker.wall_s / one_worker.channels
+    busy = sum(one_worker.cpu_s_per_build.values()) / wall_per_build
+    return busy, (os.cpu_count() or 1) / busy if busy else 0.0
 
 
 def load() -> list[float]:
@@ -547,6 +566,8 @@ def run(args: argparse.Namespace, root: Path, articles: Sequence[Article]) -> di
 
         assert bench.engine is not None
         unbuilt = [str(k) for keys in rounds_keys.values() for k in keys if bench.engine.stats(k).version < 1]
+        built = [ask_key, *warm_keys, *(k for keys in rounds_keys.values() for k in keys)]
+        store = chroma_store(chroma_pid(bench.chroma.port), bench.chroma.directory / "db", bench.engine, built)
         figures = {
             "setup_s": setup_s,
             "ingest": {"channels": len(bench.ingested), "articles": ingest_articles, "seconds": bench.ingest_s},
@@ -556,6 +577,7 @@ def run(args: argparse.Namespace, root: Path, articles: Sequence[Article]) -> di
             "questions": [idle, asked],
             "overhead": overhead,
             "unbuilt": unbuilt,
+            "store": store,
         }
     finally:
         bench.close()
@@ -592,6 +614,9 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
     print(table(["round", "builds", "wall s", "builds/min", "job p50 s", "job mean s", "worker CPU s/build",
                  "chroma CPU s/build", "valkey CPU s/build", "jobs per worker", "told", "load 1m"], rows))
     print(f"speed-up, 2 workers / 1 worker: {speed_up:.2f}x (the issue expects about {EXPECTED_SPEEDUP:g}x on 2 cores)")
+    busy_cores, ceiling = cpu_ceiling(one)
+    print(f"one worker keeps {busy_cores:.2f} cores busy (CPU seconds of every process per build / wall seconds per "
+          f"build): on {os.cpu_count()} cores, more workers can build at most {ceiling:.2f}x as fast")
     outcomes = Counter[str]()
     for r in (one, two, building):
         outcomes.update(r.outcomes)
@@ -645,6 +670,12 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
           f"{costs['front_end_cpu_s_per_question']:.3f} s in the front-end, "
           f"{costs['chroma_cpu_s_per_question']:.3f} s in the Chroma server")
 
+    store = figures["store"]
+    print(f"the Chroma server at the end: {store['channels']} channels, {store['served_nodes']:,} served nodes "
+          f"(leaves and summaries; each source's cached leaves are stored besides), "
+          f"{store['rss_mib']:,.0f} MiB resident ({store['peak_rss_mib']:,.0f} MiB at peak), "
+          f"{store['disk_mib']:,.0f} MiB on disk")
+
     ratio = busy.summary["p95_ms"] / idle.summary["p95_ms"]
     targets = [{"name": f"question p95 while building <= {TARGET_LATENCY_RATIO:g}x idle", "value": ratio,
                 "limit": TARGET_LATENCY_RATIO, "pass": ratio <= TARGET_LATENCY_RATIO}]
@@ -662,6 +693,8 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
     return {
         "rounds": [asdict(r) for r in (one, two, building)],
         "speed_up": speed_up,
+        "one_worker_busy_cores": busy_cores,
+        "speed_up_ceiling": ceiling,
         "questions": {q.condition: asdict(q) for q in (idle, busy)},
         "overhead": overhead,
         "costs": costs,
@@ -671,6 +704,7 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
         "ingest": figures["ingest"],
         "setup_s": figures["setup_s"],
         "unbuilt": figures["unbuilt"],
+        "store": figures["store"],
     }
 
 

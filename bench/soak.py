@@ -122,7 +122,7 @@ class Sample:
     heap_free_mib: float | None = None  # ...and free but kept (fragmentation shows here, not as a leak)
 
 
-def _status_fields(pid: int | str) -> dict[str, str]:
+def status_fields(pid: int | str) -> dict[str, str]:
     """The ``/proc/PID/status`` fields (empty when the process is gone)."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
@@ -131,7 +131,7 @@ def _status_fields(pid: int | str) -> dict[str, str]:
     return {name: value.strip() for name, _, value in (line.partition(":") for line in text.splitlines())}
 
 
-def _kib(value: str) -> float:
+def status_mib(value: str) -> float:
     """A ``"123 kB"`` status value in MiB; 0 when absent (a zombie has no VmRSS)."""
     return int(value.split()[0]) / 1024.0 if value else 0.0
 
@@ -144,7 +144,7 @@ def descendants(pid: int) -> list[int]:
     """
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        ppid = _status_fields(entry.name).get("PPid", "")
+        ppid = status_fields(entry.name).get("PPid", "")
         if ppid.isdigit():
             parents.setdefault(int(ppid), []).append(int(entry.name))
     found: list[int] = []
@@ -245,11 +245,11 @@ def sample(started: float, cycles: int, data_dir: Path) -> Sample:
     return Sample(
         t_s=round(time.monotonic() - started, 1),
         cycles=cycles,
-        rss_mib=_kib(_status_fields(me).get("VmRSS", "")),
+        rss_mib=status_mib(status_fields(me).get("VmRSS", "")),
         fds=len(os.listdir("/proc/self/fd")),
         threads=len(os.listdir("/proc/self/task")),
         children=len(children),
-        children_rss_mib=sum(_kib(_status_fields(pid).get("VmRSS", "")) for pid in children),
+        children_rss_mib=sum(status_mib(status_fields(pid).get("VmRSS", "")) for pid in children),
         data_mib=data_bytes / MIB,
         data_files=data_files,
         heap_used_mib=heap_used,

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+WORKER_NICENESS = 10  # as the engine lowers a rebuild's thread in a process that also answers
+
 
 def engine_settings(config: Config) -> EngineSettings:
     """The engine's settings as the configuration states them."""
@@ -322,6 +324,21 @@ async def _serve_health(config: Config, bot: Assistant) -> HealthServer | None:
     return server
 
 
+def _yield_cpu_to_front_ends() -> None:
+    """Lowers the worker's CPU priority before it starts any thread.
+
+    A worker sharing cores with a front-end (one box, the compose file) would otherwise take
+    them from questions: the rebuild's own thread is lowered by the engine, but the embedding
+    model's thread pool is made when the model loads, by this thread. Threads inherit the nice
+    value of the thread that starts them, so lowering it first lowers all of them. On a box of
+    its own a worker loses nothing: niceness only matters when processes compete."""
+    try:
+        os.nice(WORKER_NICENESS)
+    except OSError as exc:  # a container may forbid it: the worker still works, at normal priority
+        log.warning("could not lower the worker's CPU priority (%s): questions on this box may slow while it builds",
+                    exc)
+
+
 def run_worker(config: Config) -> int:
     """``python -m bot worker``: takes rebuild jobs from the coordination server's queue until
     SIGTERM or SIGINT. Raises ``ConfigError`` without ``coordination.redis_url``."""
@@ -337,6 +354,7 @@ def run_worker(config: Config) -> int:
     from bot.observability.metrics import Metrics
     from bot.observability.probes import add_probes
 
+    _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)
     leases = ChannelLeases(link, config.coordination.lease_s)
     engine = build_engine(config, clusters_soon=True, guard=leases)

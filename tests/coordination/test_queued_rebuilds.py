@@ -41,6 +41,20 @@ def test_a_scheduled_tick_on_three_replicas_enqueues_one_job(engine: Engine, red
     assert queue.depth() == 1
 
 
+def test_a_replica_that_ticks_late_in_the_period_enqueues_nothing_after_a_worker_took_the_job(
+        engine: Engine, redis_url: str) -> None:
+    # The queue's own "one job waiting" marker is gone once a worker takes the job: only the
+    # period's claim stops a slower replica from enqueueing the same scheduled rebuild again.
+    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
+    queue = RebuildQueue(RedisLink(coordination(redis_url)), 600)
+    assert asyncio.run(replica(engine, redis_url).check(KEY))
+    queue.taken(KEY)  # what a worker does as the job starts
+    queue.queue.empty()
+    assert not asyncio.run(replica(engine, redis_url).check(KEY))
+    assert queue.depth() == 0
+    assert queue.enqueue_once(KEY, "a request")  # a request still enqueues: only the period's check is spent
+
+
 def test_nothing_is_enqueued_for_a_channel_without_changes(engine: Engine, redis_url: str) -> None:
     assert not asyncio.run(replica(engine, redis_url).check(ChannelKey("slack", "T1", "EMPTY")))
     assert RebuildQueue(RedisLink(coordination(redis_url)), 600).depth() == 0
