@@ -14,10 +14,12 @@ Nothing else in ``bot`` imports ``adapters``; adapters never import this module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -325,15 +327,23 @@ async def _serve_health(config: Config, bot: Assistant) -> HealthServer | None:
 
 
 def _yield_cpu_to_front_ends() -> None:
-    """Lowers the worker's CPU priority before it starts any thread.
+    """Lowers the CPU priority of every thread the worker has, and so of every thread it starts.
 
     A worker sharing cores with a front-end (one box, the compose file) would otherwise take
-    them from questions: the rebuild's own thread is lowered by the engine, but the embedding
-    model's thread pool is made when the model loads, by this thread. Threads inherit the nice
-    value of the thread that starts them, so lowering it first lowers all of them. On a box of
-    its own a worker loses nothing: niceness only matters when processes compete."""
+    them from questions: the engine lowers a rebuild's own thread, but the embedding model's
+    thread pool is started when the model loads, and imports start threads of their own. On
+    Linux niceness is per thread and a new thread inherits its creator's, so lowering every
+    thread there is now (``/proc/self/task``) lowers all that follow. On a box of its own a
+    worker loses nothing: niceness only matters when processes compete."""
+    tasks = Path("/proc/self/task")
     try:
-        os.nice(WORKER_NICENESS)
+        if not tasks.is_dir():  # not Linux: there the whole process has one priority
+            os.nice(WORKER_NICENESS)
+            return
+        for task in tasks.iterdir():
+            with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+                tid = int(task.name)
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WORKER_NICENESS)
     except OSError as exc:  # a container may forbid it: the worker still works, at normal priority
         log.warning("could not lower the worker's CPU priority (%s): questions on this box may slow while it builds",
                     exc)

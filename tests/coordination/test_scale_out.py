@@ -241,6 +241,9 @@ def test_questions_go_on_while_redis_is_down_and_queued_rebuilds_run_when_it_ret
 
 
 def test_metrics_scrape_and_readiness_follows_chroma(stack: Stack) -> None:
+    built(stack, "CMETRICS", stack.articles[7])  # whichever tests ran before: a build, and questions
+    for front_end in stack.front_ends:
+        stack.ask(front_end, "CMETRICS")
     for process in [*stack.front_ends, *stack.workers]:
         status, text = process.get("/metrics")
         assert status == 200
@@ -255,11 +258,24 @@ def test_metrics_scrape_and_readiness_follows_chroma(stack: Stack) -> None:
         status, body = stack.front_ends[0].get("/readyz")
         assert status == 503 and json.loads(body)["checks"]["chroma"] != "ok"
         assert stack.workers[0].get("/readyz")[0] == 503
-        said = stack.ask(stack.front_ends[1], "CONCE")  # a channel with a tree: the store is what fails
+        said = stack.ask(stack.front_ends[1], "CMETRICS")  # a channel with a tree: the store is what fails
         assert "Chroma" in said or "store" in said, said
     finally:
         stack.chroma.start()
     stack.wait(lambda: stack.front_ends[0].get("/readyz")[0] == 200, "ready again")
+
+
+def test_workers_yield_the_cpu_to_front_ends(stack: Stack) -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def niceness(process: BotProcess) -> set[int]:  # of every thread: the model's pool threads included
+        threads = [int(tid.name) for tid in Path(f"/proc/{process.pid}/task").iterdir()]
+        return {os.getpriority(os.PRIO_PROCESS, tid) - base for tid in threads}
+
+    for worker in stack.workers:
+        assert min(niceness(worker)) >= 10, niceness(worker)
+    for front_end in stack.front_ends:
+        assert 0 in niceness(front_end)  # questions are answered at normal priority
 
 
 def build_spans(workers: list[BotProcess], key: ChannelKey) -> list[tuple[str, str]]:
