@@ -19,6 +19,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.markdown_text import align_tables
 from bot import replies
 from bot.commands import HELP, parse_command
 from bot.neutral import (
@@ -147,9 +148,11 @@ def pinned_notice(pin: Pin) -> str:
 
 def render_reply(reply: Reply) -> str:
     """A reply as terminal text: an answer with its numbered sources, progress lines
-    prefixed with ``… ``, errors with ``! `` and their reference."""
+    prefixed with ``… ``, errors with ``! `` and their reference. An answer's Markdown is
+    printed as written (a terminal shows it as plain text, readable as it is), except
+    its tables, laid out in aligned columns."""
     if reply.kind is ReplyKind.ANSWER:
-        return replies.cited_text(reply.text, reply.warning, reply.citations)
+        return replies.cited_text(align_tables(reply.text), reply.warning, reply.citations)
     if reply.kind is ReplyKind.PROGRESS:
         return "\n".join(f"… {line}" for line in reply.text.splitlines() or [""])
     if reply.kind is ReplyKind.ERROR:

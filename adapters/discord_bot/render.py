@@ -11,7 +11,14 @@
 * every other reply is plain text (progress marked ⏳, errors ⚠️ with their
   reference), with its files (the tree picture) on the first message.
 
-Nothing is cut: text over a limit continues in the next embed or message.
+An answer's text is the model's (or the extractive answer's) Markdown, kept as
+written: Discord renders lists, headings, quotes and code itself. Discord does
+not render tables, so a pipe table becomes a fenced code block with its columns
+aligned. Text quoted from documents in the sources stays escaped.
+
+Nothing is cut: text over a limit continues in the next embed or message, cut at
+a paragraph, line, sentence or word, never inside a code block that fits in one
+piece (one that does not is closed and reopened across pieces).
 Limits (Discord's): 2,000 characters of content per message; per embed a
 4,096-character description, 256-character title and field names,
 1,024-character field values and 25 fields; 6,000 characters over all the
@@ -22,12 +29,13 @@ characters. No I/O here; ``client`` turns :class:`Outgoing` into requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import discord
 
 from adapters.discord_bot import translate
+from adapters.markdown_text import align_tables, close_open_fence, split_markdown
 from bot import replies
 from bot.neutral import Attachment, CitationKind, CitationView, Reply, ReplyKind
 
@@ -106,32 +114,18 @@ def text_messages(text: str, files: Sequence[Attachment] = ()) -> list[Outgoing]
 
 
 def split_text(text: str, limit: int) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters, broken at line ends where
-    possible, else at spaces, else anywhere; blank pieces are dropped."""
-    pieces: list[str] = []
-    current = ""
-    for line in _lines_within(text, limit):
-        candidate = f"{current}\n{line}" if current else line
-        if len(candidate) <= limit:
-            current = candidate
-            continue
-        if current.strip():
-            pieces.append(current.rstrip())
-        current = line
-    if current.strip():
-        pieces.append(current.rstrip())
-    return pieces
+    """``text`` in pieces of at most ``limit`` characters, broken at paragraph or line ends
+    where possible, else at sentence ends or spaces, else anywhere, and never inside a code
+    block that fits in a piece (see :func:`adapters.markdown_text.split_markdown`); blank
+    pieces are dropped."""
+    return split_markdown(text, limit)
 
 
-def _lines_within(text: str, limit: int) -> Iterator[str]:
-    """The lines of ``text``, any longer than ``limit`` broken at spaces (or anywhere)."""
-    for line in text.strip().splitlines():
-        while len(line) > limit:
-            cut = line.rfind(" ", 0, limit + 1)
-            cut = cut if cut > limit // 2 else limit
-            yield line[:cut].rstrip()
-            line = line[cut:].lstrip()
-        yield line
+def answer_markdown(text: str) -> str:
+    """An answer's Markdown as Discord shows it well: each table a fixed-width code block
+    with aligned columns, a code block the text leaves open closed (so the warning after
+    it is not code); everything else as written."""
+    return close_open_fence(align_tables(text.strip(), fenced=True))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -150,7 +144,7 @@ def answer_messages(reply: Reply) -> list[Outgoing]:
 
 def answer_embeds(reply: Reply) -> list[discord.Embed]:
     """The answer text (and its warning) in as many embeds as its length needs."""
-    text = reply.text.strip() or EMPTY_TEXT
+    text = answer_markdown(reply.text) or EMPTY_TEXT
     if reply.warning:
         text += f"\n\n{ERROR_MARK}*{discord.utils.escape_markdown(reply.warning.strip())}*"
     return [discord.Embed(description=part, colour=ANSWER_COLOUR) for part in split_text(text, DESCRIPTION_LIMIT)]

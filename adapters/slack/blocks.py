@@ -7,13 +7,23 @@ quote, and for a summary a button that opens its children), then 👍/👎
 buttons carrying the answer id. Other replies are text sections (an error
 with a warning sign and its reference, progress as a quiet context line).
 
+The answer's own text (the model's or the extractive answer's, standard
+Markdown) goes in ``markdown`` blocks, which Slack renders with headings,
+lists, tables and code; mrkdwn sections would show a table's pipes and a
+heading's hashes. Everything else, and above all the quotes of documents in
+the sources, stays escaped mrkdwn, so a document's text is never taken for
+markup.
+
 Slack's limits are kept by construction, never discovered through an API
 error: every section or context text is at most :data:`SECTION_TEXT_LIMIT`
-characters *as sent* (after escaping), a message holds at most
-:data:`MAX_BLOCKS` blocks, and its ``text`` (always set: notifications and
-screen readers use it) at most :data:`MAX_TEXT_CHARS`. A long reply becomes
-several messages. Text is split at paragraph, line, sentence or word
-boundaries, never inside an escape such as ``&amp;``.
+characters *as sent* (after escaping), the markdown blocks of a message hold
+at most :data:`MARKDOWN_TEXT_LIMIT` characters together, a message holds at
+most :data:`MAX_BLOCKS` blocks, and its ``text`` (always set: notifications
+and screen readers use it) at most :data:`MAX_TEXT_CHARS`. A long reply
+becomes several messages. Text is split at paragraph, line, sentence or word
+boundaries, never inside an escape such as ``&amp;``; an answer's Markdown
+never inside a code block or a table that fits in one message (one that does
+not is closed and reopened, or its header repeated, across messages).
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.markdown_text import fitting, split_markdown
+from adapters.slack.threads import SOURCES_HEADING
 from adapters.slack.translate import (
     ACTION_NODE,
     ACTION_VOTE_DOWN,
@@ -36,6 +48,7 @@ from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 log = logging.getLogger(__name__)
 
 SECTION_TEXT_LIMIT = 3000  # characters of a section's (or a context element's) text
+MARKDOWN_TEXT_LIMIT = 12_000  # characters of all the markdown blocks of one message together
 MAX_BLOCKS = 50  # blocks per message
 MAX_TEXT_CHARS = 40_000  # characters of a message's top-level text
 BUTTON_TEXT_LIMIT = 75
@@ -62,10 +75,12 @@ class SlackMessage:
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """One block and its share of the message's fallback text (escaped, may be empty)."""
+    """One block, its share of the message's fallback text (escaped, may be empty) and the
+    characters it adds to the message's markdown blocks (0 for any other block)."""
 
     block: Block
     fallback: str
+    markdown_chars: int = 0
 
 
 # -- text ---------------------------------------------------------------------------
@@ -80,6 +95,11 @@ def escaped_length(text: str) -> int:
     return len(text) + 4 * text.count("&") + 3 * text.count("<") + 3 * text.count(">")
 
 
+def escaped_weight(char: str) -> int:
+    """What one character counts once escaped (see :func:`escape`)."""
+    return 5 if char == "&" else 4 if char in "<>" else 1
+
+
 def split_text(text: str, limit: int = SECTION_TEXT_LIMIT) -> list[str]:
     """``text`` (raw, not escaped) cut into pieces whose escaped length is at most ``limit``,
     at the last paragraph break, else line break, else sentence end, else space in the
@@ -87,23 +107,13 @@ def split_text(text: str, limit: int = SECTION_TEXT_LIMIT) -> list[str]:
     pieces: list[str] = []
     rest = text.strip()
     while rest and escaped_length(rest) > limit:
-        room = _room(rest, limit)
+        room = fitting(rest, limit, escaped_weight)
         cut = _boundary(rest[:room])
         pieces.append(rest[:cut].rstrip())
         rest = rest[cut:].strip()
     if rest:
         pieces.append(rest)
     return [p for p in pieces if p]
-
-
-def _room(text: str, limit: int) -> int:
-    """How many characters of ``text`` fit in ``limit`` once escaped (at least one)."""
-    used = 0
-    for index, char in enumerate(text):
-        used += 5 if char == "&" else 4 if char in "<>" else 1
-        if used > limit:
-            return max(index, 1)
-    return len(text)
 
 
 def _boundary(window: str) -> int:
@@ -201,15 +211,32 @@ def _feedback_part(answer_id: str) -> _Part:
     return _Part(block, "")
 
 
-def _answer_parts(reply: Reply) -> list[_Part]:
-    parts = _text_parts(ANSWER_BLOCK, reply.text) or [
-        _Part(_section(f"{ANSWER_BLOCK}_0", "(no answer text)"), "(no answer text)")
+def _markdown_parts(text: str) -> list[_Part]:
+    """The answer's text as markdown blocks, each in a message of its own when it is long.
+
+    The text goes as written: standard Markdown, which the markdown block renders (it
+    is not mrkdwn, so it is not escaped). Pieces are measured escaped, so that each
+    piece's fallback text (escaped, as every ``text`` is) fits as well.
+
+    The blocks carry the :data:`ANSWER_BLOCK` prefix that :mod:`adapters.slack.threads`
+    looks for. Slack's documentation says it ignores a markdown block's ``block_id`` and
+    does not keep it (and may return the block translated into others), so on Slack
+    itself ``conversations.replies`` may not show that mark; the stand-in keeps it.
+    """
+    pieces = split_markdown(text, MARKDOWN_TEXT_LIMIT, escaped_weight) or ["(no answer text)"]
+    return [
+        _Part({"type": "markdown", "block_id": f"{ANSWER_BLOCK}_{index}", "text": piece}, escape(piece), len(piece))
+        for index, piece in enumerate(pieces)
     ]
+
+
+def _answer_parts(reply: Reply) -> list[_Part]:
+    parts = _markdown_parts(reply.text)
     if reply.warning:
         parts += _text_parts("raptor_warning", reply.warning, prefix=":warning: ", context=True)
     if reply.citations:
         parts.append(_Part({"type": "divider"}, ""))
-        parts.append(_Part(_context("raptor_sources", "*Sources*"), "Sources:"))
+        parts.append(_Part(_context("raptor_sources", "*Sources*"), SOURCES_HEADING))
         parts += [_citation_part(citation) for citation in reply.citations]
     if reply.answer_id:
         parts.append(_feedback_part(reply.answer_id))
@@ -240,14 +267,16 @@ def paginate(parts: Iterable[_Part]) -> list[SlackMessage]:
     messages: list[SlackMessage] = []
     blocks: list[Block] = []
     texts: list[str] = []
-    size = 0
+    size = markdown = 0
     for part in parts:
         extra = len(part.fallback) + (1 if texts and part.fallback else 0)
-        if blocks and (len(blocks) >= MAX_BLOCKS or size + extra > MAX_TEXT_CHARS):
+        if blocks and (len(blocks) >= MAX_BLOCKS or size + extra > MAX_TEXT_CHARS
+                       or markdown + part.markdown_chars > MARKDOWN_TEXT_LIMIT):
             messages.append(_message(blocks, texts))
-            blocks, texts, size = [], [], 0
+            blocks, texts, size, markdown = [], [], 0, 0
             extra = len(part.fallback)
         blocks.append(part.block)
+        markdown += part.markdown_chars
         if part.fallback:
             texts.append(part.fallback)
             size += extra

@@ -13,6 +13,7 @@ import pytest
 
 from adapters.slack import blocks
 from adapters.slack.blocks import (
+    MARKDOWN_TEXT_LIMIT,
     MAX_BLOCKS,
     MAX_TEXT_CHARS,
     SECTION_TEXT_LIMIT,
@@ -36,7 +37,7 @@ def accepted(messages: list[SlackMessage]) -> list[SlackMessage]:
 def mrkdwn_texts(message: SlackMessage) -> list[str]:
     out = []
     for block in message.blocks:
-        if "text" in block:
+        if isinstance(block.get("text"), dict):  # a markdown block's text is a string, not mrkdwn
             out.append(block["text"]["text"])
         out += [e["text"] for e in block.get("elements", ()) if e.get("type") == "mrkdwn"]
     return out
@@ -48,7 +49,9 @@ def test_an_answer_with_its_sources_and_feedback() -> None:
     [message] = accepted(blocks.render_reply(reply))
     ids = [b.get("block_id") for b in message.blocks]
     assert ids[0] == "raptor_answer_0" and "raptor_source_1" in ids and "raptor_source_2" in ids
-    assert message.blocks[0]["text"]["text"] == "Engineers carry the pager [1] &amp; escalate [2]."
+    # The answer's own text is Markdown, as written; the sources' text is escaped mrkdwn.
+    assert message.blocks[0] == {"type": "markdown", "block_id": "raptor_answer_0",
+                                 "text": "Engineers carry the pager [1] & escalate [2]."}
     first, second = (b for b in message.blocks if str(b.get("block_id", "")).startswith("raptor_source_"))
     assert first["text"]["text"] == (
         "*[1]* <https://x.test/f?a=1%7C2|Handbook &lt;v2&gt; &amp; notes> · _excerpt_\n>On call engineers carry the pager."
@@ -62,7 +65,7 @@ def test_an_answer_with_its_sources_and_feedback() -> None:
         (ACTION_VOTE_UP, "ans123"), (ACTION_VOTE_DOWN, "ans123")
     ]
     assert ":warning: Partly answered." in mrkdwn_texts(message)
-    assert message.text.startswith("Engineers carry the pager") and "[2] Handbook (summary, layer 2)" in message.text
+    assert message.text.startswith("Engineers carry the pager [1] &amp; escalate") and "[2] Handbook (summary, layer 2)" in message.text
 
 
 @pytest.mark.parametrize(
@@ -103,10 +106,12 @@ def test_a_long_answer_is_split_within_slacks_limits() -> None:
     for message in messages:
         assert len(message.blocks) <= MAX_BLOCKS and len(message.text) <= MAX_TEXT_CHARS
         assert all(len(t) <= SECTION_TEXT_LIMIT for t in mrkdwn_texts(message))
-    # The answer reads whole, in order, across the messages.
-    answer = [b["text"]["text"] for m in messages for b in m.blocks if b.get("block_id", "").startswith("raptor_answer")]
-    unescaped = " ".join(answer).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    assert " ".join(unescaped.split()) == " ".join(reply.text.split())
+        assert sum(len(b["text"]) for b in message.blocks if b["type"] == "markdown") <= MARKDOWN_TEXT_LIMIT
+    # The answer reads whole, in order, across the messages, as written (Markdown, not escaped).
+    answer = [b["text"] for m in messages for b in m.blocks if b["type"] == "markdown"]
+    assert all(b.get("block_id", "").startswith("raptor_answer") for m in messages for b in m.blocks
+               if b["type"] == "markdown")
+    assert " ".join(" ".join(answer).split()) == " ".join(reply.text.split())
     sources = [b["block_id"] for m in messages for b in m.blocks if b.get("block_id", "").startswith("raptor_source_")]
     assert sources == [f"raptor_source_{n}" for n in range(1, 71)]
     assert [m.blocks[-1]["type"] for m in messages][-1] == "actions"  # feedback once, at the very end

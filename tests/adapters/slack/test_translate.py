@@ -169,6 +169,23 @@ def test_thread_context_and_whether_the_bot_answered() -> None:
     assert len(translate.thread_context(many, "", BOT)) == translate.MAX_CONTEXT_MESSAGES
 
 
+def test_an_answer_whose_markdown_block_lost_its_id_is_still_known_and_read_from_its_text() -> None:
+    # As Slack documents: a markdown block's block_id is not kept; the sources and buttons keep theirs.
+    answer = {"ts": "100.000003", "user": "UBOT", "bot_id": "BBOT",
+              "text": "| who | when |\n| Ben | Monday |\nSources:\n[1] Rota (excerpt)",
+              "blocks": [{"type": "rich_text", "elements": []},
+                         {"type": "context", "block_id": "raptor_sources", "elements": []},
+                         {"type": "section", "block_id": "raptor_source_1", "text": {"type": "mrkdwn", "text": "x"}},
+                         {"type": "actions", "block_id": "raptor_feedback", "elements": []}]}
+    question = {"ts": "100.000001", "user": "UANA", "text": "<@UBOT> who is on call?"}
+    assert translate.bot_answered([question, answer], BOT)
+    assert translate.thread_context([question, answer], "", BOT) == ("who is on call?",
+                                                                      "| who | when |\n| Ben | Monday |")
+    note = {"ts": "100.000004", "user": "UBOT", "bot_id": "BBOT", "text": "Added a file",
+            "blocks": [{"type": "section", "block_id": "raptor_info_0"}]}
+    assert not translate.bot_answered([question, note], BOT)
+
+
 def test_a_pinned_thread() -> None:
     thread = [{"ts": "1.000002", "user": "UBEN", "text": "Run the rollback job."},
               {"ts": "1.000001", "user": "UANA", "text": "How do we roll back?"},
