@@ -1,6 +1,8 @@
 """discord.py's connection, kept up: its endpoints (Discord's, or a proxy's or stand-in's),
-reconnection after unexpected failures, and malformed gateway events dropped rather
-than allowed to end the gateway loop."""
+reconnection after unexpected failures (counted, reason ``"error"``, by a client that
+:class:`CountsReconnects`), and malformed gateway events dropped rather than allowed to
+end the gateway loop. discord.py's own reconnects (a silent gateway, missing heartbeat
+ACKs) are logged and counted by :mod:`~adapters.discord_bot.lifecycle`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import discord
 import yarl
@@ -22,6 +24,13 @@ log = logging.getLogger(__name__)
 API_VERSION_PATH = re.compile(r"/api/v\d+$")
 RECONNECT_MAX_S = 60.0
 STABLE_CONNECTION_S = 60.0  # a connection that lasted this long resets the reconnect back-off
+
+
+@runtime_checkable
+class CountsReconnects(Protocol):
+    """A client that counts its reconnects (:class:`~adapters.discord_bot.lifecycle.ClientCore`)."""
+
+    def note_reconnect(self, reason: str) -> None: ...
 
 
 # -- resilience to malformed events -----------------------------------------------------------------
@@ -97,6 +106,8 @@ async def stay_connected(client: discord.Client) -> None:
             if client.is_closed():
                 raise
             log_failure(log, "the Discord connection failed unexpectedly (reference %s); reconnecting")
+        if isinstance(client, CountsReconnects):
+            client.note_reconnect("error")
         await _drop_connection(client)
         failures = 1 if time.monotonic() - started > STABLE_CONNECTION_S else failures + 1
         await asyncio.sleep(0 if failures == 1 else min(RECONNECT_MAX_S, 2.0 ** (failures - 1)))

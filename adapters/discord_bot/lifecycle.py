@@ -20,13 +20,24 @@ on it. Contract:
   ``discord:interaction:<id>``); the parts check their own events;
 * once connected, the client registers its courier with the bot (platform ``"discord"``):
   :meth:`ClientCore.courier` posts replies without an event (a rebuild run by a worker
-  process) in the address's thread, or else its channel, as replies to messages are posted.
+  process) in the address's thread, or else its channel, as replies to messages are posted;
+* the gateway is watched by discord.py itself: it heartbeats at the interval Discord sets,
+  and when nothing (not even a heartbeat ACK) came for ``discord.heartbeat_timeout_s`` it
+  drops the connection and resumes or identifies again. Each such loss is logged and
+  counted (``raptor_reconnects_total{platform="discord", reason="gateway"}``; ``"error"``
+  when :func:`~adapters.discord_bot.connection.stay_connected` had to reconnect), and
+  its end is logged with how long it took. discord.py does not say why a connection
+  ended, hence one reason for all of its own;
+* heartbeats are sent from the event loop, so a blocked loop looks like a dead link: a
+  :class:`~adapters.loop_watchdog.LoopWatchdog` reports any block longer than
+  :func:`loop_block_s` while it lasts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -37,6 +48,7 @@ from discord import app_commands
 from adapters.discord_bot import render, translate
 from adapters.discord_bot.connection import guard_parsers
 from adapters.discord_bot.sending import ALLOWED_MENTIONS, ChannelSend
+from adapters.loop_watchdog import LOOP_BLOCK_S, LoopWatchdog
 from bot.config import DiscordConfig
 from bot.errors import log_failure
 from bot.neutral import Reply, ReplyAddress, Send
@@ -45,6 +57,13 @@ from bot.runtime import Assistant
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0  # how long closing waits for events being handled before cancelling them
+
+
+def loop_block_s(config: DiscordConfig) -> float:
+    """The longest the event loop may be blocked unreported: :data:`LOOP_BLOCK_S`, or a
+    quarter of the heartbeat timeout when that is shorter, so a block is reported well
+    before discord.py would give up on the gateway because of it."""
+    return min(LOOP_BLOCK_S, config.heartbeat_timeout_s / 4)
 
 
 def intents() -> discord.Intents:
@@ -81,19 +100,25 @@ class ClientCore(discord.Client):
     configuration ``settings``; see the module docstring."""
 
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
-        super().__init__(intents=intents(), allowed_mentions=ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout)
+        super().__init__(intents=intents(), allowed_mentions=ALLOWED_MENTIONS, guild_ready_timeout=guild_ready_timeout,
+                         heartbeat_timeout=config.heartbeat_timeout_s)
         self.raptor = bot
         self.settings = config
         self.scope = translate.Scope.of(config)
         self.tree = OnceCommandTree(self, bot)
         self._work: set[asyncio.Task[Any]] = set()
+        self._lost_at: float | None = None  # when the gateway connection was lost, until it is back
+        self._loop_watchdog: LoopWatchdog | None = None
         guard_parsers(self._connection)
 
     # -- life cycle ---------------------------------------------------------------------
 
     async def setup_hook(self) -> None:
-        """Syncs the slash command at start-up. A failed sync is logged, not fatal: mentions
-        still work, and the commands registered before keep working."""
+        """Starts watching the event loop and syncs the slash command at start-up. A failed
+        sync is logged, not fatal: mentions still work, and the commands registered before
+        keep working."""
+        if self._loop_watchdog is None:
+            self._loop_watchdog = LoopWatchdog.acquire(self.raptor.metrics, loop_block_s(self.settings))
         try:
             synced = await self.tree.sync()
             log.info("synced the /%s command (%d)", self.settings.command, len(synced))
@@ -103,7 +128,33 @@ class ClientCore(discord.Client):
     async def on_ready(self) -> None:
         user = self.user
         log.info("connected to Discord as %s (%s), in %d guild(s)", user, getattr(user, "id", "?"), len(self.guilds))
+        self._back("identified again")
         self.raptor.add_courier(translate.PLATFORM, self.courier)
+
+    async def on_disconnect(self) -> None:
+        """discord.py lost the gateway connection (and reconnects by itself): logged and
+        counted once per loss, however many attempts it takes; not when closing."""
+        if self.is_closed() or self._lost_at is not None:
+            return
+        log.warning("lost the Discord gateway connection (no heartbeat ACK or event in time, Discord asked, or the "
+                    "network); discord.py reconnects")
+        self.note_reconnect("gateway")
+
+    async def on_resumed(self) -> None:
+        self._back("resumed the session")
+
+    def note_reconnect(self, reason: str) -> None:
+        """Counts one reconnect of the gateway connection, set off by ``reason``; the time
+        it is back is logged by :meth:`on_ready` or :meth:`on_resumed`."""
+        if self._lost_at is None:
+            self._lost_at = time.monotonic()
+        self.raptor.metrics.count_reconnect(translate.PLATFORM, reason)
+
+    def _back(self, how: str) -> None:
+        """Logs the end of a loss of the gateway connection, if there was one."""
+        if self._lost_at is not None:
+            log.info("back on the Discord gateway after %.1f s (%s)", time.monotonic() - self._lost_at, how)
+            self._lost_at = None
 
     def courier(self, address: ReplyAddress) -> Send:
         """The ``send`` of replies to ``address`` without an event (a rebuild run by a worker):
@@ -128,6 +179,9 @@ class ClientCore(discord.Client):
             if late:
                 await asyncio.wait(late, timeout=SHUTDOWN_GRACE_S)
                 log.info("closing: cancelled %d event(s) still being handled", len(late))
+        if self._loop_watchdog is not None:
+            self._loop_watchdog.release()
+            self._loop_watchdog = None
         await super().close()
 
     @contextmanager

@@ -4,7 +4,8 @@ composition root.
 :func:`run_slack` checks the bot token (``auth.test``), builds the
 :class:`~adapters.slack.handling.SlackAdapter` and the ``AsyncApp``
 (:func:`~adapters.slack.listeners.build_app`), then serves in ``slack.mode``: Socket
-Mode (the app token is checked first), or HTTP mode behind an aiohttp server with a
+Mode (the app token is checked first; the session is watched by
+:mod:`~adapters.slack.watchdog`), or HTTP mode behind an aiohttp server with a
 health check at :data:`HEALTH_PATH`. Once it receives events it registers the
 adapter's courier with the bot (platform ``"slack"``), so replies without an event (a
 rebuild run by a worker process) can be posted. It runs until cancelled, then stops receiving,
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 import aiohttp
@@ -32,10 +34,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.loop_watchdog import LoopWatchdog
 from adapters.slack import web as slack_web
 from adapters.slack.handling import DRAIN_TIMEOUT_S, MAX_CONCURRENT_EVENTS, SlackAdapter
 from adapters.slack.listeners import build_app
 from adapters.slack.translate import PLATFORM, BotIdentity
+from adapters.slack.watchdog import SocketWatchdog
 from bot.config import SlackConfig
 from bot.errors import BotError
 from bot.runtime import Assistant
@@ -129,9 +133,19 @@ async def run_slack(
 async def _serve_socket(
     app: AsyncApp, adapter: SlackAdapter, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
 ) -> None:
+    """Socket Mode, watched (unless ``slack.socket_watchdog_s`` is 0) by a
+    :class:`~adapters.slack.watchdog.SocketWatchdog`, with the event loop watched for blocks
+    that would cost the socket its pongs (:class:`~adapters.loop_watchdog.LoopWatchdog`)."""
     token = config.app_token.get_secret_value()
     handler = AsyncSocketModeHandler(app, app_token=token)
+    watchdog = None
+    if config.socket_watchdog_s > 0:
+        watchdog = SocketWatchdog(handler.client, adapter.client, adapter.bot.metrics, config.socket_watchdog_s)
+    watching: asyncio.Task[None] | None = None
+    loop_watchdog = LoopWatchdog.acquire(adapter.bot.metrics)
     try:
+        if watchdog is not None:
+            await watchdog.install()  # before connecting: it times the frames of every socket
         # Asked here rather than by the handler, which would retry a refused token forever.
         try:
             opened = await adapter.client.apps_connections_open(app_token=token)
@@ -142,9 +156,16 @@ async def _serve_socket(
         handler.client.wss_uri = str(opened.get("url") or "") or None
         await handler.connect_async()
         log.info("Slack: connected in Socket Mode")
+        if watchdog is not None:
+            watching = asyncio.create_task(watchdog.run(), name="slack-socket-watchdog")
         _serving(adapter, SlackRunning(adapter, "socket"), on_ready)
         await asyncio.Event().wait()  # until cancelled
     finally:
+        if watching is not None:
+            watching.cancel()
+            with suppress(asyncio.CancelledError):
+                await watching
+        loop_watchdog.release()
         await handler.close_async()
 
 
