@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(PY) -m bench.answers
 	$(PY) -m bench.llm_build
 	$(PY) -m bench.chat
+	$(PY) -m bench.streaming
+	$(PY) -m bench.scale
 	$(PY) -m bench.slack_chat --mode both
 	$(PY) -m bench.discord_chat
 	$(PY) -m bench.summaries

@@ -190,7 +190,12 @@ def _serve(config: Config, channel: str | None, stdin: TextIO, stdout: TextIO) -
     def write(text: str) -> None:
         print(text, file=stdout, flush=True)
 
-    asyncio.run(run_until_signalled(serve(config, chosen_adapters(config, stdin, write, channel), write)))
+    def write_partial(text: str) -> None:  # a streamed answer's next words, on the same line
+        stdout.write(text)
+        stdout.flush()
+
+    adapters = chosen_adapters(config, stdin, write, channel, write_partial)
+    asyncio.run(run_until_signalled(serve(config, adapters, write)))
     return 0
 
 

@@ -266,13 +266,14 @@ async def open_bot(config: Config) -> Assistant:
 
 
 def chosen_adapters(config: Config, stdin: TextIO, write: Callable[[str], None],
-                    channel: str | None = None) -> list[Adapter]:
+                    channel: str | None = None, write_partial: Callable[[str], None] | None = None) -> list[Adapter]:
     """Every chat platform ``config`` has credentials for; the console (on ``stdin`` and
-    ``write``, in ``channel``) when there is none."""
+    ``write``, in ``channel``; a language model's answers printed as they come through
+    ``write_partial``) when there is none."""
     from adapters.console.app import ConsoleSession
     from adapters.registry import configured_platforms
 
-    return configured_platforms(config) or [ConsoleSession(stdin, write, channel)]
+    return configured_platforms(config) or [ConsoleSession(stdin, write, channel, write_partial)]
 
 
 async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str], None]) -> None:

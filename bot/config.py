@@ -251,6 +251,10 @@ class SlackConfig(_Section):
     http_port: int = Field(default=3000, ge=1, le=65535)
     http_path: str = "/slack/events"
     command: str = "/raptor"
+    # Socket Mode watchdog (adapters/slack/watchdog.py): every this many seconds auth.test is
+    # called, and a socket on which Slack has sent nothing (not even its own pings) for this long
+    # is replaced; 0 = off. Keep it above Slack's ping spacing (bolt-js waits 30 s for one).
+    socket_watchdog_s: float = Field(default=60.0, ge=0, le=3600)
 
     @property
     def enabled(self) -> bool:
@@ -277,6 +281,9 @@ class DiscordConfig(_Section):
     library_channels: list[str] = []
     reply_in_thread: bool = False
     command: str = "raptor"
+    # discord.py reconnects when the gateway has sent nothing (heartbeat ACKs included) for this
+    # long. Discord ACKs a heartbeat every ~41 s, so below that an idle guild would look dead.
+    heartbeat_timeout_s: float = Field(default=60.0, gt=0, le=600)
 
     @property
     def enabled(self) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from raptor_engine import Answer, BuildReport, ChannelKey, NodeView, Source, TreeStats
 
 if TYPE_CHECKING:
-    from raptor_engine import AnswerRecord, Engine, ProgressCallback
+    from raptor_engine import AnswerRecord, AnswerStream, Engine, ProgressCallback
 
 T = TypeVar("T")
 
@@ -36,6 +36,14 @@ class AsyncEngine:
 
     async def answer(self, key: ChannelKey, question: str) -> Answer:
         return await self.engine.answer(key, question)
+
+    @property
+    def streams_answers(self) -> bool:
+        return self.engine.streams_answers
+
+    async def answer_stream(self, key: ChannelKey, question: str) -> AnswerStream:
+        """See ``Engine.answer_stream``: the retrieval runs in a thread of the engine's own."""
+        return await self.engine.answer_stream(key, question)
 
     async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None) -> BuildReport:
         return await self.engine.rebuild(key, progress)

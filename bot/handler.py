@@ -25,6 +25,14 @@ Contracts:
   number of sources and stored text (``bot.limits``). The caps are read from
   the store just before ingesting, so two uploads at the same moment may pass
   a cap by one source.
+- Answers stream when they can: with a language model answering (the engine
+  ``streams_answers``) and a ``send`` that can show a draft (a
+  :class:`~bot.neutral.DraftingSend`), the answer is shown as it is written, paced by
+  :class:`bot.streaming.DraftPacer`, and the finished reply (citations rendered, the very
+  reply the non-streamed path sends) takes the draft's place. Any failure, also one in the
+  middle of the stream, ends the draft with the ERROR reply the event would have had, so no
+  half answer stays without notice. Offline answers, and adapters that cannot edit or
+  stream, get the finished reply only, as before.
 - Unpinning removes the sources a pin became only when ``bot.unpin_removes_source``
   is on and the person unpinning is an admin or the one who pinned it
   (:func:`bot.commands.may_remove_pin`); otherwise they stay, and the reply says
@@ -49,6 +57,7 @@ from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pin
 from bot.neutral import (
     Attachment,
     Command,
+    DraftingSend,
     Event,
     Person,
     Pin,
@@ -64,9 +73,10 @@ from bot.neutral import (
 from bot.observability.log_format import channel_context
 from bot.observability.metrics import Metrics
 from bot.scheduler import RequestResult
+from bot.streaming import DraftPacer
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
-from raptor_engine import Answer, ChannelKey, RaptorError
+from raptor_engine import Answer, AnswerStream, ChannelKey, RaptorError
 
 if TYPE_CHECKING:
     from bot.rebuild_service import RebuildService
@@ -118,19 +128,23 @@ class ChatHandler:
     async def handle(self, event: Event, send: Send) -> None:
         """Handles one event, replying through ``send``; never raises for a failure of the
         event itself (see the module docstring). Cancellation passes through."""
-        thread = getattr(event, "thread", "")
         try:
             with channel_context(str(event.channel)):  # every log line of this event names its channel
                 await self._dispatch(event, send)
-        except (RaptorError, BotError) as exc:
+        except Exception as exc:
+            await self._send_error(send, self._failure_reply(event, exc))
+
+    def _failure_reply(self, event: Event, exc: Exception) -> Reply:
+        """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.
+        Errors written for people carry their message; anything else a logged reference."""
+        thread = getattr(event, "thread", "")
+        if isinstance(exc, (RaptorError, BotError)):
             log.info("%s refused: %s", type(event).__name__, exc)
             self.metrics.count_error(type(exc).__name__)
-            await self._send_error(send, Reply(ReplyKind.ERROR, replies.error_text(exc), thread=thread))
-        except Exception:
-            self.metrics.count_error("unexpected")
-            reference = log_failure(log, "handling %s failed (reference %s)", type(event).__name__)
-            reply = Reply(ReplyKind.ERROR, replies.unexpected_text(reference), reference=reference, thread=thread)
-            await self._send_error(send, reply)
+            return Reply(ReplyKind.ERROR, replies.error_text(exc), thread=thread)
+        self.metrics.count_error("unexpected")
+        reference = log_failure(log, "handling %s failed (reference %s)", type(event).__name__)
+        return Reply(ReplyKind.ERROR, replies.unexpected_text(reference), reference=reference, thread=thread)
 
     async def _send_error(self, send: Send, reply: Reply) -> None:
         # If even the error cannot be sent (the platform is down), the log is all that is left.
@@ -180,7 +194,34 @@ class ChatHandler:
             return "refused"
         context = event.context if isinstance(event, Question) else ()
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
+        if isinstance(send, DraftingSend) and self._engine.streams_answers:
+            return await self._streamed_answer(event, text, query, send)
         answer = await self._engine.answer(key, query)
+        return await self._reply_with(event, text, answer, send)
+
+    async def _streamed_answer(self, event: Question | Command, text: str, query: str, send: DraftingSend) -> str:
+        """:meth:`_answer` with the answer shown while it is written (see the module docstring).
+        A failure ends the draft with its ERROR reply here (it is not raised: the draft, not a
+        new message, must say it), and the outcome is ``failed``."""
+        pacer = DraftPacer(send.draft(event.thread))
+        try:
+            stream: AnswerStream = await self._engine.answer_stream(event.channel, query)
+            async for piece in stream:
+                pacer.add(piece)
+            return await self._reply_with(event, text, stream.answer, pacer.finish)
+        except Exception as exc:
+            failure = self._failure_reply(event, exc)
+            if pacer.finished:  # the draft's own finish failed: the error goes as a message of its own
+                await self._send_error(send, failure)
+            else:
+                await pacer.finish(failure)
+            return "failed"
+        finally:
+            await pacer.close()  # cancelled: the draft stops growing
+
+    async def _reply_with(self, event: Question | Command, text: str, answer: Answer, send: Send) -> str:
+        """Keeps and sends ``answer`` to ``text``; the outcome (``answered`` or ``not_found``)."""
+        key = event.channel
         if not answer.found and not await self._engine.sources(key):
             await send(Reply(ReplyKind.INFO, replies.NO_MATERIAL, thread=event.thread))
             return "not_found"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from raptor_engine import ChannelKey as ChannelKey  # part of this module's surface
 
@@ -175,6 +176,46 @@ class Reply:
 Send = Callable[[Reply], Awaitable[None]]
 """How the bot speaks to the channel an event came from; adapters provide it.
 A send may happen long after the event (a rebuild's progress and result)."""
+
+
+class AnswerDraft(Protocol):
+    """An answer shown while a language model writes it, in one message that grows
+    (see :class:`DraftingSend`). The handler paces the calls: :meth:`show` at most every
+    :attr:`interval_s` seconds, never two at once, then :meth:`finish` once."""
+
+    @property
+    def interval_s(self) -> float:
+        """The least time between two :meth:`show` calls the platform's limits allow (read
+        before each; it may change, e.g. when a platform's streaming is refused and edits
+        take its place)."""
+        ...
+
+    async def show(self, text: str) -> None:
+        """Shows ``text``, the answer's text so far (the whole of it, never a delta: each
+        call's text begins with the previous one's). Best effort: a call that the platform
+        refuses or limits may be skipped (the next, or :meth:`finish`, carries everything)."""
+        ...
+
+    async def finish(self, reply: Reply) -> None:
+        """Puts ``reply`` in the draft's place, complete and rendered exactly as ``send(reply)``
+        would post it (an answer with its citations, or an error saying the answer broke
+        off), so no half answer stays without notice. When nothing was shown, it is simply
+        sent. Never raises for the platform's failures (they are reported, as by a ``Send``)."""
+        ...
+
+
+@runtime_checkable
+class DraftingSend(Protocol):
+    """A :data:`Send` that can also show an answer while it is being written. Adapters whose
+    platform can edit or stream a message give one; to any other ``Send`` the handler gives
+    the finished reply only."""
+
+    async def __call__(self, reply: Reply) -> None: ...
+
+    def draft(self, thread: str = "") -> AnswerDraft:
+        """A new draft of an answer for ``thread`` (empty: where this ``Send`` posts). Nothing
+        is posted until its first :meth:`AnswerDraft.show`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

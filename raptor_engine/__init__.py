@@ -24,7 +24,7 @@ _EXPORTS: dict[str, str] = {
     "NodeView": "types", "Hit": "types", "Citation": "types", "Answer": "types", "BuildReport": "types",
     "TreeStats": "types", "RetrievalMode": "types", "AnswerRecord": "types",
     # the parts an engine is composed of
-    "Answerer": "protocols", "BuildGuard": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
+    "Answerer": "protocols", "AnswerStream": "protocols", "StreamingAnswerer": "protocols", "BuildGuard": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
     "SentenceTransformerEmbedder": "embedding", "HuggingFaceTokenCounter": "tokens",
     "default_model_path": "tokens", "ExtractiveSummarizer": "summarizing", "ExtractiveAnswerer": "answering",
     "ExtractiveSettings": "answering", "quote": "answering",
@@ -41,14 +41,14 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "errors", "ModelTimeout": "errors",
 }
 __all__ = [
-    "Answer", "AnswerRecord", "Answerer", "BuildBusy", "BuildError", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
+    "Answer", "AnswerRecord", "AnswerStream", "Answerer", "BuildBusy", "BuildError", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
     "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
     "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",
     "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "Node", "NodeNotFound",
     "NodeView", "NothingToBuild", "OpenAIEmbedder", "ProgressCallback", "ProviderError", "RaptorError",
     "RejectReason", "RetrievalMode", "RetrievalSettings", "SUPPORTED_SUFFIXES", "SentenceTransformerEmbedder",
-    "Source", "SourceKind", "SpendingLimitReached", "SpendingLimits", "StoreError", "StoreUnavailable",
+    "Source", "SourceKind", "SpendingLimitReached", "StreamingAnswerer", "SpendingLimits", "StoreError", "StoreUnavailable",
     "Summarizer", "TokenCounter", "TreeStats", "channel_digest", "default_model_path", "prestart_clustering",
     "quote", "use_numba_cache_dir", "warm_up_clustering",
 ]  # the same names as _EXPORTS (tests/raptor_engine/test_public_api.py checks)
@@ -94,7 +94,15 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
     from raptor_engine.loaders import SUPPORTED_SUFFIXES
     from raptor_engine.metering import SpendingLimits
     from raptor_engine.numba_cache import use_cache_dir as use_numba_cache_dir
-    from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
+    from raptor_engine.protocols import (
+        Answerer,
+        AnswerStream,
+        BuildGuard,
+        Embedder,
+        StreamingAnswerer,
+        Summarizer,
+        TokenCounter,
+    )
     from raptor_engine.retrieval import RetrievalSettings
     from raptor_engine.store import ChromaStore, channel_digest
     from raptor_engine.summarizing import ExtractiveSummarizer

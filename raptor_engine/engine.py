@@ -12,9 +12,11 @@ trees' BM25 indexes and summary maps kept in memory), kept answers and votes, no
 inspection. Engines are composed in one place, the application's composition root.
 
 Synchronous methods do blocking work (embedding, Chroma calls): async callers
-should run them in a worker thread. ``rebuild`` and ``answer`` are coroutines
-because summarisers and answerers may call a language model; their CPU-heavy
-stages run in worker threads, so an event loop stays responsive.
+should run them in a worker thread. ``rebuild``, ``answer`` and ``answer_stream`` are
+coroutines because summarisers and answerers may call a language model; their CPU-heavy
+stages run in worker threads, so an event loop stays responsive. ``answer_stream`` gives
+a language model's answer as it is written (``streams_answers`` says whether the answerer
+can); the offline answerer's answers are not streamed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,7 +39,15 @@ from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as Ingest
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.metering import SpendingLimits
-from raptor_engine.protocols import Answerer, BuildGuard, Embedder, Summarizer, TokenCounter
+from raptor_engine.protocols import (
+    Answerer,
+    AnswerStream,
+    BuildGuard,
+    Embedder,
+    StreamingAnswerer,
+    Summarizer,
+    TokenCounter,
+)
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, load_summary_map, retrieve_scoped
 from raptor_engine.scope import SummaryMap
@@ -348,6 +359,28 @@ class Engine:
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
         return await self._answerer.answer(question, found.hits)
 
+    @property
+    def streams_answers(self) -> bool:
+        """Whether answers can be had as they are written (:meth:`answer_stream`): a language
+        model's can; the offline answerer computes its answer at once and does not stream."""
+        return isinstance(self._answerer, StreamingAnswerer)
+
+    async def answer_stream(self, key: ChannelKey, question: str,
+                            settings: RetrievalSettings | None = None) -> AnswerStream:
+        """The answer to ``question`` as it is written (see :class:`~raptor_engine.protocols.AnswerStream`).
+
+        The retrieval is done when this returns (its errors are raised here); the model is
+        asked when the stream is read, and its failures are raised from the reading. Its
+        finished ``answer`` is what :meth:`answer` gives for the same reply. An answerer that
+        does not stream gives its whole answer as one piece.
+        """
+        if not isinstance(self._answerer, StreamingAnswerer):
+            return _Answered(await self.answer(key, question, settings))
+        with self._gate.foreground():
+            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+        # As in answer(): a remote model's answer is a wait, not work on our CPU.
+        return self._answerer.answer_stream(question, found.hits)
+
     # -- inspecting ------------------------------------------------------------
 
     def stats(self, key: ChannelKey) -> TreeStats:
@@ -380,6 +413,21 @@ class Engine:
             return []
         top = max(state.nodes_per_layer)
         return channel.list_layer(state.version, top, limit)
+
+
+class _Answered:
+    """An :class:`AnswerStream` of an answer already made: its text as one piece."""
+
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
+
+    @property
+    def answer(self) -> Answer:
+        return self._answer
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        if self._answer.text:
+            yield self._answer.text
 
 
 def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:

@@ -6,7 +6,7 @@ summaries and answers); a language-model endpoint can implement them too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -116,6 +116,36 @@ class Answerer(Protocol):
         When ``hits`` hold nothing relevant, ``Answer.found`` is False and the
         text says so. Raises ``ProviderError`` on failure.
         """
+        ...
+
+
+class AnswerStream(Protocol):
+    """An answer as it is being written.
+
+    Iterating gives the answer's text in pieces, in order, already final: joined, they are
+    exactly ``answer.text`` (citation markers renumbered as in the finished answer). Once the
+    iteration ended, :attr:`answer` is the whole :class:`Answer`, the same a non-streamed
+    ``Answerer.answer`` gives for the same reply. A failure raises ``ProviderError`` from the
+    iteration; after some text was given it says the answer broke off (it is never restarted
+    behind the reader's back). Iterated once.
+    """
+
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+    @property
+    def answer(self) -> Answer:
+        """The whole answer; raises ``RuntimeError`` before the iteration ended."""
+        ...
+
+
+@runtime_checkable
+class StreamingAnswerer(Answerer, Protocol):
+    """An answerer that can give its answer as it is written (a language model). The offline
+    answerer computes its answer at once and does not implement this."""
+
+    def answer_stream(self, question: str, hits: Sequence[Hit]) -> AnswerStream:
+        """The answer to ``question`` from ``hits`` as an :class:`AnswerStream`; nothing is
+        asked of the model until it is iterated."""
         ...
 
 

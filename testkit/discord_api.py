@@ -8,8 +8,12 @@ event loop of the test (aiohttp), so each test owns one and stops it.
 
 What it models, because the bot depends on it:
 
-* the gateway handshake (HELLO, heartbeats and their ACKs, IDENTIFY, READY,
-  one GUILD_CREATE per guild), then events the test dispatches; the content of
+* the gateway handshake (HELLO with :attr:`FakeDiscord.heartbeat_interval_ms`,
+  heartbeats and their ACKs, IDENTIFY, READY, one GUILD_CREATE per guild), then
+  events the test dispatches; a connection that goes silent
+  (:meth:`FakeDiscord.go_silent`: open, but no ACK and no event any more) and the
+  connections opened (:attr:`FakeDiscord.connections`); RESUME of the current
+  session (:attr:`FakeDiscord.resumable`), else an invalid session; the content of
   a message is blanked, as Discord does, when the client lacks the message
   content intent and the message neither mentions the bot nor is a DM;
 * messages: create (JSON or multipart with files), history, fetch, pins
@@ -521,6 +525,11 @@ class FakeDiscord:
         self.identifies: list[dict[str, Any]] = []
         self.failures: list[Failure] = []
         self.frames_sent = 0
+        self.connections = 0  # gateway connections opened so far
+        self.heartbeat_interval_ms = 45000  # what HELLO asks for (Discord's is 41250)
+        self._silent: set[web.WebSocketResponse] = set()  # open, but neither ACKing nor dispatching
+        self.resumable = True  # RESUME of the current session is accepted (else: invalid session)
+        self.resumes = 0
         self._sequence = 0
         self._socket: web.WebSocketResponse | None = None
         self._sockets: set[web.WebSocketResponse] = set()
@@ -735,14 +744,16 @@ class FakeDiscord:
         socket = web.WebSocketResponse(autoping=True)
         await socket.prepare(request)
         self._sockets.add(socket)
+        self.connections += 1
         try:
-            await socket.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 45000}}))
+            await socket.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
             async for frame in socket:
                 if frame.type is not WSMsgType.TEXT:
                     continue
                 await self._on_frame(socket, json.loads(frame.data))
         finally:
             self._sockets.discard(socket)
+            self._silent.discard(socket)
             if self._socket is socket:
                 self._socket = None
                 self._identified.clear()
@@ -759,12 +770,35 @@ class FakeDiscord:
         elif op == 2:
             await self._identify(socket, frame["d"])
         elif op == 6:
-            # No resuming here: the client identifies again, as after a real invalid session.
+            await self._resume(socket, frame["d"])
+
+    async def _resume(self, socket: web.WebSocketResponse, resume: dict[str, Any]) -> None:
+        """RESUME of the current session (after :meth:`go_silent`, say) when ``resumable``:
+        RESUMED, and events dispatched meanwhile follow. Otherwise, or for an older session,
+        an invalid session: the client identifies again."""
+        if not (self.resumable and self.identifies and resume.get("session_id") == self._session_id()):
             await socket.send_str(json.dumps({"op": 9, "d": False}))
+            return
+        self.resumes += 1
+        self._socket = socket
+        self._sequence += 1
+        await socket.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": self._sequence, "d": {}}))
+        self._identified.set()
+        await self._notify()
+
+    def _session_id(self) -> str:
+        return f"session-{len(self.identifies)}"
+
+    def go_silent(self) -> None:
+        """The open gateway connections go silent: they stay open but ACK no heartbeat and
+        carry no event any more (a zombied connection). Events wait for the next IDENTIFY or RESUME."""
+        self._silent.update(self._sockets)
+        self._socket = None
+        self._identified.clear()
 
     async def _ack_later(self, socket: web.WebSocketResponse) -> None:
         await asyncio.sleep(HEARTBEAT_ACK_DELAY_S)
-        if not socket.closed:
+        if not socket.closed and socket not in self._silent:
             with suppress(ConnectionError):
                 await socket.send_str(json.dumps({"op": 11}))
 
@@ -775,7 +809,7 @@ class FakeDiscord:
         ready = {
             "v": 10,
             "user": self.bot_user,
-            "session_id": f"session-{len(self.identifies)}",
+            "session_id": self._session_id(),
             "resume_gateway_url": self.gateway_url,
             "guilds": [{"id": g, "unavailable": True} for g in self.guilds],
             "application": {"id": self.application_id, "flags": 0},
@@ -852,6 +886,7 @@ class FakeDiscord:
         ("GET", r"^/channels/(?P<channel>\d+)/messages/(?P<message>\d+)$", "_get_message"),
         ("GET", r"^/channels/(?P<channel>\d+)/messages$", "_get_history"),
         ("POST", r"^/channels/(?P<channel>\d+)/messages$", "_post_message"),
+        ("PATCH", r"^/channels/(?P<channel>\d+)/messages/(?P<message>\d+)$", "_patch_message"),
         ("POST", r"^/channels/(?P<channel>\d+)/typing$", "_post_typing"),
         ("GET", r"^/channels/(?P<channel>\d+)$", "_get_channel"),
         ("POST", r"^/interactions/(?P<interaction>\d+)/(?P<token>[^/]+)/callback$", "_post_callback"),
@@ -968,6 +1003,42 @@ class FakeDiscord:
         payload = self._bot_message(channel, call)
         self.messages[channel].append(payload)
         return _json(payload)
+
+    # Discord's limit on editing messages: 5 edits per 5 s in a channel; more get a 429 with
+    # ``retry_after`` (discord.py waits and retries). None: no limit. Class-level: set per instance.
+    edit_limit: tuple[int, float] | None = (5, 5.0)
+
+    async def _patch_message(self, call: Call, channel: str, message: str) -> web.Response:
+        """An edit of the bot's message: content, embeds and components replaced as sent."""
+        found = self._find(channel, message)
+        if found is None:
+            return _error(404, 10008, "Unknown Message")
+        if found["author"]["id"] != self.bot_user["id"]:
+            return _error(403, 50005, "Cannot edit a message authored by another user")
+        wait = self._edit_wait(channel, call.at)
+        if wait > 0:  # as Discord sends it: discord.py takes a 429 without Via for a Cloudflare ban
+            limited = _json({"message": "You are being rate limited.", "retry_after": wait, "global": False}, 429)
+            limited.headers.update({"Via": "1.1 google", "Retry-After": str(wait), "X-RateLimit-Scope": "user"})
+            return limited
+        body = call.body or {}
+        merged = {key: body.get(key, found.get(key)) for key in ("content", "embeds", "components")}
+        refused = message_errors({k: v for k, v in merged.items() if v is not None}, len(call.files))
+        if refused:
+            return _json(refused[1], refused[0])
+        found.update({key: value if value is not None else ([] if key != "content" else "")
+                      for key, value in merged.items()})
+        found["edited_timestamp"] = datetime.now(UTC).isoformat()
+        return _json(found)
+
+    def _edit_wait(self, channel: str, at: float) -> float:
+        """Seconds until one more edit in ``channel`` keeps :attr:`edit_limit` (0: now)."""
+        if self.edit_limit is None:
+            return 0.0
+        count, window = self.edit_limit
+        pattern = re.compile(rf"^/channels/{channel}/messages/\d+$")
+        recent = [c.at for c in self.calls if c.method == "PATCH" and c.status == 200 and pattern.match(c.path)
+                  and c.at > at - window]
+        return 0.0 if len(recent) < count else round(min(recent) + window - at, 3)
 
     async def _post_thread(self, call: Call, channel: str, message: str) -> web.Response:
         starter = self._find(channel, message)

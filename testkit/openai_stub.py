@@ -11,6 +11,17 @@ real ``openai`` client is exercised end to end. Content is deterministic:
   sentence citing ``[1]`` and the out-of-range ``[99]``);
 * an embedding is a vector derived from a hash of the text.
 
+A chat request with ``"stream": true`` is answered as OpenAI streams: a
+``text/event-stream`` of ``data: {chat.completion.chunk}`` events (the role
+first, then the text a token at a time, then an empty delta carrying
+``finish_reason``, the usage when ``stream_options.include_usage`` asks for
+it), closed by ``data: [DONE]``. Tokens come at
+:attr:`OpenAIStub.tokens_per_s` (0: as fast as possible); a token is a word
+with the whitespace before it, or one punctuation character, so a ``[1]``
+marker arrives in three pieces as real tokenizers split it.
+:meth:`Behaviour.broken` cuts a stream after some tokens, as a dropped
+connection does (no ``finish_reason``, no ``[DONE]``).
+
 Behaviour is scripted: :meth:`OpenAIStub.script` queues behaviours consumed
 by the next requests, in order (any endpoint); when the queue is empty
 :attr:`OpenAIStub.default` applies. Every request is recorded and the peak
@@ -52,8 +63,9 @@ class Behaviour:
     (answer ``status`` with an OpenAI-style error body; ``retry_after`` adds a
     Retry-After header), ``malformed`` (invalid JSON body),
     ``empty`` (a completion whose content is whitespace), ``no_choices`` and
-    ``hang`` (never answer until the server stops). ``content`` overrides the
-    chat text of an ``ok``/``slow`` answer.
+    ``hang`` (never answer until the server stops), ``broken`` (a stream cut
+    after ``tokens`` tokens; a non-streamed answer cut mid-body). ``content``
+    overrides the chat text of an ``ok``/``slow`` answer.
     """
 
     kind: str = "ok"
@@ -62,6 +74,7 @@ class Behaviour:
     retry_after: str | None = None
     content: str | None = None
     message: str | None = None  # the error body's message for ``status``
+    tokens: int = 0  # ``broken``: tokens streamed before the cut
 
     @staticmethod
     def ok(content: str | None = None) -> Behaviour:
@@ -95,6 +108,10 @@ class Behaviour:
     def hang() -> Behaviour:
         return Behaviour("hang")
 
+    @staticmethod
+    def broken(after_tokens: int, content: str | None = None) -> Behaviour:
+        return Behaviour("broken", tokens=after_tokens, content=content)
+
 
 @dataclass(slots=True)
 class Recorded:
@@ -117,6 +134,7 @@ class OpenAIStub:
         self.dimension = dimension
         self.latency_s = 0.0  # added to every request
         self.answer_text = DEFAULT_ANSWER
+        self.tokens_per_s = 0.0  # the pace of streamed answers (0: as fast as possible)
         self.default = Behaviour.ok()
         self.requests: list[Recorded] = []
         self.max_in_flight = 0
@@ -225,9 +243,14 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour.kind == "status":
             self._error(behaviour, entry)
             return
-        if behaviour.kind == "malformed":
+        if behaviour.kind == "malformed" or (behaviour.kind == "broken" and not body.get("stream")):
             entry.status = 200
             self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
+            return
+        if self.path.endswith("/chat/completions") and body.get("stream"):
+            payload = _completion(body, behaviour, self.stub.answer_text)
+            entry.status, entry.usage = 200, payload.get("usage", {})
+            self._stream(body, payload, behaviour)
             return
         if self.path.endswith("/embeddings"):
             payload = _embeddings(body, self.stub.dimension)
@@ -245,6 +268,39 @@ class _Handler(BaseHTTPRequestHandler):
         extra = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
         entry.status = behaviour.status
         self._send(behaviour.status, json.dumps(error).encode(), extra)
+
+    def _stream(self, body: dict[str, Any], payload: dict[str, Any], behaviour: Behaviour) -> None:
+        """Writes ``payload`` (a chat.completion) as OpenAI streams it, a token at a time at the
+        stub's pace; a ``broken`` behaviour stops after its tokens, as a cut connection."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()  # no length: HTTP/1.0 ends the body when the connection closes
+        head = {key: payload[key] for key in ("id", "created", "model")}
+        choices = payload["choices"]
+        text = choices[0]["message"]["content"] if choices else ""
+        self._event({**head, "choices": [_delta({"role": "assistant", "content": ""})] if choices else []})
+        pace = 1.0 / self.stub.tokens_per_s if self.stub.tokens_per_s > 0 else 0.0
+        for count, token in enumerate(stream_tokens(text)):
+            if behaviour.kind == "broken" and count >= behaviour.tokens:
+                self.wfile.flush()
+                return
+            if pace and self.stub.stopping.wait(pace):
+                return
+            self._event({**head, "choices": [_delta({"content": token})]})
+        if behaviour.kind == "broken":
+            return
+        if choices:
+            self._event({**head, "choices": [_delta({}, "stop")]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event({**head, "choices": [], "usage": payload["usage"]})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _event(self, chunk: dict[str, Any]) -> None:
+        data = json.dumps({**chunk, "object": "chat.completion.chunk"})
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
 
     def _send(self, status: int, data: bytes, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -286,6 +342,19 @@ def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) ->
             "created": int(time.time()), "model": body.get("model", ""), "choices": choices, "usage": usage}
 
 
+_TOKEN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+
+
+def stream_tokens(text: str) -> list[str]:
+    """``text`` cut as the stub streams it: words with the whitespace before them, punctuation
+    one character at a time (joined, they are ``text``)."""
+    return _TOKEN.findall(text)
+
+
+def _delta(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+
+
 def stub_vector(text: str, dimension: int) -> list[float]:
     """The deterministic (not normalised) vector the stub returns for ``text``."""
     seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
@@ -303,9 +372,13 @@ def _embeddings(body: dict[str, Any], dimension: int) -> dict[str, Any]:
 
 
 @contextmanager
-def running_stub(dimension: int = 32) -> Iterator[OpenAIStub]:
-    """A started stub, stopped (all waits ended, sockets closed) on exit."""
+def running_stub(dimension: int = 32, answer_text: str | None = None, tokens_per_s: float = 0.0) -> Iterator[OpenAIStub]:
+    """A started stub, stopped (all waits ended, sockets closed) on exit; ``answer_text`` and
+    ``tokens_per_s`` set :attr:`OpenAIStub.answer_text` and :attr:`OpenAIStub.tokens_per_s`."""
     stub = OpenAIStub(dimension)
+    if answer_text is not None:
+        stub.answer_text = answer_text
+    stub.tokens_per_s = tokens_per_s
     stub.start()
     try:
         yield stub

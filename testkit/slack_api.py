@@ -7,16 +7,25 @@ adapter meets:
   ``chat.postMessage``/``postEphemeral``/``getPermalink``,
   ``conversations.replies``/``history``/``open``, ``users.info``,
   ``reactions.add``/``remove``, ``files.info``,
-  ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``),
+  ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``,
+  and for streamed answers ``chat.startStream``/``appendStream``/``stopStream``,
+  ``chat.update`` and ``chat.delete``; :attr:`SlackStandIn.streaming_refusal` refuses
+  streaming, :attr:`SlackStandIn.update_limit` rate-limits updates with HTTP 200
+  ``ok: false, "ratelimited"`` as Slack does),
   checking the bearer token as Slack does and recording every call with the
   time it arrived;
 * **message limits as Slack enforces them**: over 50 blocks, a section or
-  context text over 3,000 characters, a duplicate block id, oversized buttons
-  → ``invalid_blocks``; a ``text`` over 40,000 characters → ``msg_too_long``;
+  context text over 3,000 characters, markdown blocks over 12,000 characters
+  together, a duplicate block id, oversized buttons → ``invalid_blocks``; a
+  ``text`` over 40,000 characters → ``msg_too_long``;
 * **file downloads** (``/files-pri/...``): the bytes for the bot token, and,
   like Slack, a 200 *HTML sign-in page* for any other token;
 * **Socket Mode**: ``/link`` is the websocket ``apps.connections.open`` hands
-  out; envelopes are pushed to the app and its acknowledgements awaited;
+  out; envelopes are pushed to the app and its acknowledgements awaited; like
+  Slack, it pings the app every :attr:`SlackStandIn.ping_every_s` and answers the
+  app's pings; :meth:`SlackStandIn.go_silent` makes the open sockets stop
+  delivering (no envelope, no ping of its own) while they stay open and still
+  answer pings, and :attr:`SlackStandIn.connections` counts the sockets opened;
 * the **Events API sender** for an app in HTTP mode: payloads POSTed with
   ``X-Slack-Signature`` computed as Slack does (``v0=`` + HMAC-SHA256 of
   ``v0:{timestamp}:{body}`` with the signing secret), retries marked with
@@ -60,15 +69,18 @@ BOT_ID = "BBOT"
 # Slack's limits, as Slack applies them (independent of the adapter's constants on purpose).
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
+MAX_MARKDOWN_TEXT = 12_000  # over all the markdown blocks of one message
 MAX_TEXT = 40_000
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2000
 MAX_BLOCK_ID = 255
 MAX_CONTEXT_ELEMENTS = 10
 MAX_ACTION_ELEMENTS = 25
+MAX_STREAM_TEXT = 12_000  # characters of markdown_text per streaming call
 
 LOGIN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
 ACK_TIMEOUT_S = 10.0
+SERVER_PING_S = 5.0  # Slack pings Socket Mode clients (bolt-js waits 30 s for one before reconnecting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,18 @@ class _Upload:
 class _Socket:
     ws: web.WebSocketResponse
     acks: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    silent: bool = False  # open and answering pings, but delivering nothing (see go_silent)
+
+
+def as_slack_keeps(blocks: Any) -> list[Any]:
+    """A message's blocks as Slack stores them: a markdown block's ``block_id`` dropped
+    (Slack's reference: it "is ignored … and will not be retained")."""
+    kept = []
+    for block in blocks or []:
+        if isinstance(block, dict) and block.get("type") == "markdown":
+            block = {key: value for key, value in block.items() if key != "block_id"}
+        kept.append(block)
+    return kept
 
 
 def sign(secret: str, timestamp: str, body: str) -> str:
@@ -162,7 +186,9 @@ class SlackStandIn:
         self.latency: dict[str, float] = {}  # seconds a Web API method takes to answer (a slow Slack)
         self._counter = itertools.count(1)
         self._sockets: list[_Socket] = []
-        self._socket_ready = asyncio.Event()
+        self._socket_ready = asyncio.Event()  # a socket that delivers is open
+        self.connections = 0  # Socket Mode connections opened so far
+        self.ping_every_s = SERVER_PING_S  # how often the stand-in pings each socket, as Slack does
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.port = 0
@@ -317,7 +343,7 @@ class SlackStandIn:
         channel = str(params.get("channel", ""))
         ts = self.next_ts()
         message = {"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "ts": ts,
-                   "text": params.get("text", ""), "blocks": params.get("blocks") or [], "team": self.team}
+                   "text": params.get("text", ""), "blocks": as_slack_keeps(params.get("blocks")), "team": self.team}
         if params.get("thread_ts"):
             message["thread_ts"] = params["thread_ts"]
         self._store(channel, message)
@@ -336,6 +362,102 @@ class SlackStandIn:
         if channel in self.not_member:
             return "not_in_channel"
         return message_problem(params)
+
+    # -- streaming and edits: chat.startStream / appendStream / stopStream, chat.update, chat.delete --
+
+    # Class-level switches (immutable defaults; a test sets them on its instance):
+    streaming_refusal = ""  # when set, the streaming methods answer ok: false with this error (e.g. "unknown_method")
+    # (n, seconds): a chat.update beyond n in `seconds` in one channel answers HTTP 200
+    # ok: false "ratelimited", as Slack does; None: no limit.
+    update_limit: tuple[int, float] | None = None
+
+    def _m_chat_startStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, thread_ts = str(params.get("channel", "")), str(params.get("thread_ts", ""))
+        problem = self.streaming_refusal or self._stream_problem(params)
+        if not problem and not thread_ts:
+            problem = "invalid_arguments"  # streamed messages are replies in a thread
+        if not problem and not channel.startswith("D") and not (
+                params.get("recipient_team_id") and params.get("recipient_user_id")):
+            problem = "invalid_arguments"  # required when streaming to a channel
+        if problem:
+            return {"ok": False, "error": problem}
+        message = {"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "ts": self.next_ts(), "team": self.team,
+                   "text": _stream_text(params), "blocks": [], "thread_ts": thread_ts, "streaming": True}
+        self._store(channel, message)
+        return {"channel": channel, "ts": message["ts"]}
+
+    def _m_chat_appendStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        found, problem = self._streaming_message(params)
+        if found is None:
+            return {"ok": False, "error": problem}
+        found["text"] += _stream_text(params)
+        return {"channel": params.get("channel"), "ts": found["ts"]}
+
+    def _m_chat_stopStream(self, params: dict[str, Any]) -> dict[str, Any]:
+        found, problem = self._streaming_message(params)
+        if found is None:
+            return {"ok": False, "error": problem}
+        found["text"] += _stream_text(params)
+        found["streaming"] = False
+        if params.get("blocks"):
+            found["blocks"] = as_slack_keeps(params["blocks"])
+        return {"channel": params.get("channel"), "ts": found["ts"], "message": dict(found)}
+
+    def _stream_problem(self, params: dict[str, Any]) -> str:
+        channel = str(params.get("channel", ""))
+        if not channel:
+            return "channel_not_found"
+        if channel in self.not_member:
+            return "not_in_channel"
+        return "msg_too_long" if len(_stream_text(params)) > MAX_STREAM_TEXT else ""
+
+    def _streaming_message(self, params: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """The message a streaming call names, still streaming; else None and Slack's error."""
+        problem = self.streaming_refusal or self._stream_problem(params)
+        if problem:
+            return None, problem
+        found = self.message(str(params.get("channel", "")), str(params.get("ts", "")))
+        if found is None:
+            return None, "message_not_found"
+        if not found.get("streaming"):
+            return None, "message_not_in_streaming_state"
+        return found, ""
+
+    def _m_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        problem = self._check_message(params)
+        found = self.message(channel, ts)
+        if not problem and found is None:
+            problem = "message_not_found"
+        if not problem and self._update_limited(channel):
+            problem = "ratelimited"
+        if problem or found is None:
+            return {"ok": False, "error": problem}
+        found["text"] = params.get("text", "")
+        found["blocks"] = as_slack_keeps(params.get("blocks"))
+        found["edited"] = {"user": BOT_USER, "ts": self.next_ts()}
+        return {"channel": channel, "ts": ts, "text": found["text"], "message": dict(found)}
+
+    def _update_limited(self, channel: str) -> bool:
+        """Whether one more chat.update in ``channel`` now exceeds :attr:`update_limit`."""
+        if self.update_limit is None:
+            return False
+        count, window = self.update_limit
+        since = time.perf_counter() - window
+        recent = [c for c in self.calls_of("chat.update", channel=channel) if c.at >= since]
+        return len(recent) >= count
+
+    def _m_chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        found = self.message(channel, ts)
+        if found is None:
+            return {"ok": False, "error": "message_not_found"}
+        self.messages[channel].remove(found)
+        return {"channel": channel, "ts": ts}
+
+    def shown(self, channel: str, ts: str) -> dict[str, Any] | None:
+        """The bot's message ``ts`` as people see it now (after streaming and edits)."""
+        return self.message(channel, ts)
 
     def _m_chat_getPermalink(self, params: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
@@ -444,13 +566,15 @@ class SlackStandIn:
     # -- Socket Mode ----------------------------------------------------------------------
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
+        ws = web.WebSocketResponse()  # autoping: the app's pings are answered while frames are read
         await ws.prepare(request)
         socket = _Socket(ws)
         self._sockets.append(socket)
+        self.connections += 1
         await ws.send_str(json.dumps({"type": "hello", "num_connections": len(self._sockets),
                                       "connection_info": {"app_id": APP_ID}}))
         self._socket_ready.set()
+        pinging = asyncio.get_running_loop().create_task(self._ping(socket))
         try:
             async for frame in ws:
                 if frame.type != aiohttp.WSMsgType.TEXT:
@@ -460,12 +584,34 @@ class SlackStandIn:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(ack)
         finally:
+            pinging.cancel()
             self._sockets.remove(socket)
-            if not self._sockets:
-                self._socket_ready.clear()
+            self._note_delivering()
         return ws
 
+    async def _ping(self, socket: _Socket) -> None:
+        """Slack's own keep-alive: a ping every ``ping_every_s``, until the socket goes silent."""
+        while not socket.ws.closed and not socket.silent:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await socket.ws.ping(b"stand-in")
+            await asyncio.sleep(self.ping_every_s)
+
+    def _note_delivering(self) -> None:
+        if any(not socket.silent for socket in self._sockets):
+            self._socket_ready.set()
+        else:
+            self._socket_ready.clear()
+
+    def go_silent(self) -> None:
+        """The open sockets stop delivering: no envelope and no ping of Slack's own goes out on
+        them any more, while they stay open and still answer the app's pings (the session that
+        goes quiet without closing). Envelopes wait for a socket the app opens afterwards."""
+        for socket in self._sockets:
+            socket.silent = True
+        self._note_delivering()
+
     async def wait_connected(self, timeout: float = 10.0) -> None:
+        """Waits until a socket that delivers is open."""
         await asyncio.wait_for(self._socket_ready.wait(), timeout)
 
     async def _push(
@@ -474,7 +620,7 @@ class SlackStandIn:
         """Sends an envelope and waits for its acknowledgement; status 0 when none came in
         ``ack_timeout`` seconds (bolt does not acknowledge what it failed to process)."""
         await self.wait_connected()
-        socket = self._sockets[-1]
+        socket = [s for s in self._sockets if not s.silent][-1]
         envelope_id = f"env-{next(self._counter)}"
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         socket.acks[envelope_id] = waiter
@@ -672,6 +818,21 @@ class SlackStandIn:
         return await self.deliver_form("interactive", {"payload": json.dumps(payload)})
 
 
+def _stream_text(params: Mapping[str, Any]) -> str:
+    """The text a streaming call adds: its ``markdown_text`` and the text of its markdown chunks."""
+    text = str(params.get("markdown_text") or "")
+    chunks = params.get("chunks")
+    if isinstance(chunks, str):
+        try:
+            chunks = json.loads(chunks)
+        except ValueError:
+            chunks = []
+    for chunk in chunks or ():
+        if isinstance(chunk, Mapping) and chunk.get("type") == "markdown_text":
+            text += str(chunk.get("text") or "")
+    return text
+
+
 def message_problem(params: Mapping[str, Any]) -> str:
     """Slack's error for a message over its limits, or empty when it is acceptable."""
     text = params.get("text") or ""
@@ -698,6 +859,9 @@ def message_problem(params: Mapping[str, Any]) -> str:
             if block_id in ids or not (0 < len(str(block_id)) <= MAX_BLOCK_ID):
                 return "invalid_blocks"
             ids.add(block_id)
+    markdown = sum(len(block["text"]) for block in blocks if block.get("type") == "markdown")
+    if markdown > MAX_MARKDOWN_TEXT:
+        return "invalid_blocks"
     return ""
 
 
@@ -727,6 +891,8 @@ def _block_ok(block: dict[str, Any]) -> bool:
         action_ids = [e.get("action_id") for e in elements or () if isinstance(e, dict)]
         return (isinstance(elements, list) and 0 < len(elements) <= MAX_ACTION_ELEMENTS
                 and all(_button_ok(e) for e in elements) and len(set(action_ids)) == len(action_ids))
+    if kind == "markdown":  # standard Markdown as a plain string; the limit is per message
+        return isinstance(block.get("text"), str) and bool(block["text"])
     return kind in ("divider", "header", "image")
 
 

@@ -8,6 +8,10 @@ the console (platform ``"console"``): replies without an event (a rebuild's prog
 and result) are printed like any other, those for another console channel under its
 name. :class:`ConsoleSession` is the adapter ``python -m bot serve`` runs when no chat
 platform is configured.
+
+Given a ``write_partial`` (text printed as it is, without a line end), a language model's
+answer is printed as it is written (:class:`ConsoleDraft`), then its citations; without
+one, answers are printed when finished.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ class ConsoleChannel:
     ``rebuild`` and ``forget`` are theirs to run.
     """
 
-    def __init__(self, bot: Assistant, write: Write, channel: str | None = None) -> None:
-        """``channel`` overrides ``config.console.channel``."""
+    def __init__(self, bot: Assistant, write: Write, channel: str | None = None,
+                 write_partial: Write | None = None) -> None:
+        """``channel`` overrides ``config.console.channel``; ``write_partial`` prints text as it
+        is (no line end added), for answers printed as they are written."""
         console = bot.config.console
         self.bot = bot
+        self._write_partial = write_partial
         self.key = ChannelKey(translate.PLATFORM, console.workspace, channel or console.channel)
         self.person = Person(console.user, manages_channel=True)
         self._write = write
@@ -91,7 +98,8 @@ class ConsoleChannel:
             return True
         if isinstance(event, Pin):
             self._next_pin += 1
-        await self.bot.handler.handle(event, self.send)
+        send = ConsoleSend(self, self._write_partial) if self._write_partial is not None else self.send
+        await self.bot.handler.handle(event, send)
         if isinstance(event, Pin):
             self._write(translate.pinned_notice(event))
         if isinstance(event, Command) and event.name == HELP and not event.argument:
@@ -147,6 +155,51 @@ class ConsoleChannel:
         return self.bot.max_upload_bytes
 
 
+class ConsoleSend:
+    """The console's ``send`` that can also print an answer as it is written (a
+    :class:`~bot.neutral.DraftingSend`)."""
+
+    def __init__(self, channel: ConsoleChannel, write_partial: Write) -> None:
+        self._channel = channel
+        self._write_partial = write_partial
+
+    async def __call__(self, reply: Reply) -> None:
+        await self._channel.send(reply)
+
+    def draft(self, thread: str = "") -> ConsoleDraft:
+        return ConsoleDraft(self._channel, self._write_partial)
+
+
+class ConsoleDraft:
+    """An answer printed as it is written: each new piece as it comes (a terminal has no rate
+    limit), then, at the end, the rest of the reply as :meth:`ConsoleChannel.send` prints it
+    (its citations). A reply that does not continue what was printed (an error: the answer
+    broke off) goes on a line of its own after it."""
+
+    interval_s = 0.0
+
+    def __init__(self, channel: ConsoleChannel, write_partial: Write) -> None:
+        self._channel = channel
+        self._write_partial = write_partial
+        self._shown = ""
+
+    async def show(self, text: str) -> None:
+        if text.startswith(self._shown):
+            self._write_partial(text[len(self._shown):])
+            self._shown = text
+
+    async def finish(self, reply: Reply) -> None:
+        if not self._shown:
+            await self._channel.send(reply)
+            return
+        rendered = translate.render_reply(reply)
+        if rendered.startswith(self._shown) and not reply.attachments:
+            self._write_partial(rendered[len(self._shown):] + "\n")
+            return
+        self._write_partial("\n")
+        await self._channel.send(reply)
+
+
 class ConsoleSession:
     """The terminal in the shape the composition root serves (:class:`adapters.protocol.Adapter`):
     one :class:`ConsoleChannel` reading ``stdin`` and writing through ``write``."""
@@ -154,15 +207,18 @@ class ConsoleSession:
     name = "the console"
     ends_on_its_own = True
 
-    def __init__(self, stdin: TextIO, write: Write, channel: str | None = None) -> None:
-        """``channel`` overrides ``config.console.channel``."""
+    def __init__(self, stdin: TextIO, write: Write, channel: str | None = None,
+                 write_partial: Write | None = None) -> None:
+        """``channel`` overrides ``config.console.channel``; with ``write_partial``, answers are
+        printed as they are written (see :class:`ConsoleChannel`)."""
         self._stdin = stdin
         self._write = write
         self._channel = channel
+        self._write_partial = write_partial
 
     async def serve(self, bot: Assistant) -> None:
         """Greets, then handles lines until end of input or ``/quit`` (or cancellation)."""
-        console = ConsoleChannel(bot, self._write, self._channel)
+        console = ConsoleChannel(bot, self._write, self._channel, self._write_partial)
         await console.start()
         await console.run(self._stdin)
 

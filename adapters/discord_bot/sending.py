@@ -3,6 +3,12 @@ interaction's follow-ups; and showing "typing" while the bot works.
 
 Both senders never raise: a failed post is logged with a short reference and a short
 message naming it is posted where it can be.
+
+:class:`ChannelSend` can also show an answer while a language model writes it
+(:class:`DiscordDraft`): the first words are posted as the reply as soon as they come, then
+the message is edited at most every :data:`EDIT_EVERY_S` (Discord allows 5 edits per 5 s in a
+channel; discord.py waits out a 429 by itself), and the last edit puts the finished reply,
+rendered as it would have been posted, in its place.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ TYPING_EVERY_S = 8.0  # Discord shows "typing" for 10 s after each request
 TYPING_TIMEOUT_S = 2.0  # a slow typing request must not hold the work up
 FOLLOWUP_TOKEN_S = 14 * 60  # interaction tokens last 15 minutes; past this, post in the channel instead
 ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
+EDIT_EVERY_S = 1.25  # between two edits of a draft: 4 per 5 s, Discord allows 5 per 5 s in a channel (room for the last)
+DRAFT_CHARS = 2000  # a message's content limit
 
 
 # -- sending ---------------------------------------------------------------------------------
@@ -64,6 +72,27 @@ class ChannelSend:
                                                 reply.kind.value, reply.text, destination.id)
                 await self._notify(destination, reference_id)
 
+    def draft(self, thread: str = "") -> DiscordDraft:
+        """A draft of an answer, posted where this send posts (a :class:`~bot.neutral.DraftingSend`)."""
+        return DiscordDraft(self)
+
+    async def post_first(self, content: str) -> discord.Message:
+        """Posts ``content`` as this send's first message (a reply to ``reply_to`` in its channel); raises."""
+        async with self._lock:
+            destination = await self._target()
+            reference = None
+            if self._reply_to is not None and destination is self._channel:
+                reference = self._reply_to.to_reference(fail_if_not_exists=False)
+            message: discord.Message = await destination.send(content=content, reference=reference)
+            return message
+
+    async def report(self, reply: Reply) -> None:
+        """Logs a failure to deliver ``reply`` (in an ``except`` block) and says so where the replies go."""
+        destination = await self.destination()
+        reference_id = log_failure(log, "posting a reply (%s: %.60r) in channel %s failed (reference %s)",
+                                   reply.kind.value, reply.text, getattr(destination, "id", "?"))
+        await self._notify(destination, reference_id)
+
     async def destination(self) -> Any:
         """Where the replies go: the thread, opened now if it is to be and is not yet, or the channel."""
         async with self._lock:
@@ -86,6 +115,46 @@ class ChannelSend:
             await destination.send(content=render.reply_text(notice))
         except Exception:
             log.exception("could not post the failure notice either (reference %s)", reference)
+
+
+class DiscordDraft:
+    """An answer shown while it is written, in one message edited as it grows; see the module
+    docstring. An :class:`~bot.neutral.AnswerDraft`."""
+
+    interval_s = EDIT_EVERY_S
+
+    def __init__(self, send: ChannelSend) -> None:
+        self._send = send
+        self._message: discord.Message | None = None
+
+    async def show(self, text: str) -> None:
+        content = text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"
+        if self._message is None:
+            self._message = await self._send.post_first(content)
+        else:
+            await self._message.edit(content=content)
+
+    async def finish(self, reply: Reply) -> None:
+        """The finished reply in the draft's place: its first message by an edit, the others
+        posted after it. A first message with files cannot be an edit: then the draft goes and
+        the reply is posted whole. Never raises (a failure is reported, as by :class:`ChannelSend`)."""
+        if self._message is None:
+            await self._send(reply)
+            return
+        first, *rest = render.render_reply(reply)
+        try:
+            if first.files:
+                await self._message.delete()
+                await self._send(reply)
+                return
+            arguments = message_arguments(first)
+            await self._message.edit(content=arguments.get("content"), embeds=arguments.get("embeds", []),
+                                     view=arguments.get("view"))
+            destination = await self._send.destination()
+            for outgoing in rest:
+                await destination.send(**message_arguments(outgoing))
+        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            await self._send.report(reply)
 
 
 class InteractionSend:

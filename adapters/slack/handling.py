@@ -19,7 +19,9 @@
 * a task classifies the payload (:mod:`adapters.slack.translate`), fetches what
   Slack did not send (:mod:`adapters.slack.web`: the person, the thread, the file),
   and gives the neutral event to ``bot.handler.handle`` with a ``send`` that posts
-  Block Kit messages (:mod:`adapters.slack.blocks`).
+  Block Kit messages (:mod:`adapters.slack.blocks`) and can show a language model's
+  answer while it is written (:class:`~adapters.slack.web.SlackDraft`: Slack's native
+  streaming in the thread, or paced ``chat.update`` edits where streaming is refused).
 
 Nothing fails silently: the handler turns its failures into ERROR replies with a
 reference; failures here (Slack refusing a call, a download) are logged under a
@@ -89,7 +91,7 @@ class SlackAdapter:
         self.client = client
         self.identity = identity
         self.people = People(client)
-        self.outbox = Outbox(client, session)
+        self.outbox = Outbox(client, session, team=identity.team_id)  # streaming names the workspace
         self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
                                      config.api_base_url)
         self._slots = asyncio.Semaphore(max_concurrency)

@@ -59,6 +59,10 @@ class Metrics:
         self._model_tokens = Counter("raptor_model_tokens", "Tokens used by model calls, by purpose.",
                                      ["purpose"], registry=r)
         self._errors = Counter("raptor_errors", "Errors, by kind.", ["kind"], registry=r)
+        self._reconnects = Counter("raptor_reconnects", "Reconnections of a platform connection, by what set them off.",
+                                   ["platform", "reason"], registry=r)
+        self._loop_blocks = Counter("raptor_loop_blocks", "Times the event loop was blocked past its watchdog's "
+                                    "threshold.", registry=r)
 
     def observe_question(self, platform: str, outcome: str, seconds: float) -> None:
         """Count one question that ended with ``outcome`` after ``seconds``.
@@ -114,6 +118,15 @@ class Metrics:
     def count_error(self, kind: str) -> None:
         """Count one error of ``kind``."""
         self._errors.labels(kind=kind).inc()
+
+    def count_reconnect(self, platform: str, reason: str) -> None:
+        """Count one reconnection of ``platform``'s connection, set off by ``reason`` (Slack:
+        ``silent``, ``unanswered``, ``refresh``, ``dropped``; Discord: ``gateway``, ``error``)."""
+        self._reconnects.labels(platform=platform, reason=reason).inc()
+
+    def count_loop_block(self) -> None:
+        """Count one stretch of the event loop blocked past its watchdog's threshold."""
+        self._loop_blocks.inc()
 
     def render(self) -> bytes:
         """Every metric in the Prometheus text exposition format, to serve with :data:`CONTENT_TYPE`."""

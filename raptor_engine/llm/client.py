@@ -8,7 +8,9 @@ bound on requests in flight, a timeout per attempt, and our own retry loop
 :class:`~raptor_engine.errors.ProviderError` subclass naming the endpoint, the
 model and what went wrong (worded by :mod:`raptor_engine.llm.failures`); a
 failed call never becomes text. The API key is never logged nor put in a
-message. Every request is metered: on the client's own
+message. :meth:`LLMClient.chat_stream` gives a reply as the model writes it,
+with the same retries until its first text and a clear error, never a
+silent restart, when it breaks after. Every request is metered: on the client's own
 :class:`~raptor_engine.metering.Meter` and on the caller's current meter.
 
 Threading: the client runs every request on its own event loop in a daemon
@@ -23,18 +25,20 @@ from the loop itself. Async callers await a future bridged to that loop;
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
+import httpx
 import openai
 from openai.types import CreateEmbeddingResponse
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from raptor_engine import defaults
 from raptor_engine.errors import (
@@ -138,6 +142,29 @@ class LLMClient:
         return await self._on_loop(
             self._call("chat completion", self.settings.model, lambda: self._chat_once(system, user, max_tokens))
         )
+
+    def chat_stream(self, system: str, user: str, max_tokens: int) -> AsyncIterator[str]:
+        """The model's reply to ``system`` + ``user`` as the model writes it: pieces of text, in order.
+
+        Contract:
+
+        * the first piece holds text (leading whitespace is dropped), so the pieces joined and
+          stripped are what :meth:`chat` returns for the same completion;
+        * until the first piece, failures are retried exactly as :meth:`chat` retries them (the
+          same bound, timeout, backoff and Retry-After) and, all attempts failed, raise the same
+          ``ProviderError`` subclass; a stream ending without any text is junk, as an empty reply;
+        * once a piece was given, a failure is never retried: the caller may have shown that text,
+          and a second answer would not continue it. It raises :class:`ModelUnavailable`
+          (:class:`ModelTimeout` for a stall) saying the answer broke off. A stream that ends
+          without the server's end of the answer (no ``finish_reason``: a connection cut short)
+          is such a failure too, never taken for a whole answer;
+        * the timeout bounds the wait for the first piece (as it bounds a whole :meth:`chat`
+          attempt) and then each wait for the next chunk; a slot of the concurrency bound is
+          held from the request to the stream's end;
+        * the request runs on the client's loop and reads ahead of a slow consumer; closing the
+          iterator early (or cancelling its consumer) ends the request.
+        """
+        return self._bridged(self._stream_call(system, user, max_tokens))
 
     async def embed(self, texts: Sequence[str], model: str) -> list[list[float]]:
         """One vector per text, in order, from one ``/embeddings`` request (no batching here)."""
@@ -244,15 +271,20 @@ class LLMClient:
 
     # -- one attempt ------------------------------------------------------------
 
-    async def _chat_once(self, system: str, user: str, max_tokens: int) -> str:
+    async def _create_chat(self, system: str, user: str, max_tokens: int, stream: bool) -> Any:
+        """One chat completion request: the completion, or with ``stream`` the chunks' stream."""
         client, _ = self._resources()
-        response = await client.chat.completions.create(
+        return await client.chat.completions.create(
             model=self.settings.model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
             # max_tokens, not max_completion_tokens: the one vLLM, llama.cpp and Ollama all accept.
             max_tokens=max_tokens,
             temperature=self.settings.temperature,
+            stream=stream,
         )
+
+    async def _chat_once(self, system: str, user: str, max_tokens: int) -> str:
+        response = await self._create_chat(system, user, max_tokens, stream=False)
         if not isinstance(response, ChatCompletion):  # a non-JSON content type comes back as a str
             raise Junk("a body that is not a chat completion")
         self._add_tokens(getattr(response, "usage", None))
@@ -263,6 +295,107 @@ class LLMClient:
         if not isinstance(content, str) or not content.strip():
             raise Junk("empty content")
         return content.strip()
+
+    async def _open_stream(self, system: str, user: str, max_tokens: int) -> tuple[_Stream, str]:
+        """One streamed attempt up to its first text: the stream (to read on) and that text.
+        Raises ``Junk`` for a stream that ends before any text."""
+        response = await self._create_chat(system, user, max_tokens, stream=True)
+        stream = _Stream(response, aiter(response))
+        try:
+            async for chunk in stream.chunks:
+                text, _ = self._chunk_text(chunk)
+                if text.strip():
+                    return stream, text.lstrip()
+            raise Junk("a stream without text")
+        except BaseException:
+            await stream.close()
+            raise
+
+    def _chunk_text(self, chunk: object) -> tuple[str, bool]:
+        """A streamed chunk's text and whether it ends the answer (it carries a finish_reason);
+        a usage chunk is counted."""
+        if not isinstance(chunk, ChatCompletionChunk):
+            raise Junk("a stream chunk that is not a chat completion chunk")
+        if chunk.usage is not None:
+            self._add_tokens(chunk.usage)
+        if not chunk.choices:
+            return "", False
+        choice = chunk.choices[0]
+        return choice.delta.content or "", choice.finish_reason is not None
+
+    async def _stream_call(self, system: str, user: str, max_tokens: int) -> AsyncIterator[str]:
+        """:meth:`chat_stream` on the client's loop: the retry loop up to the first text, then the rest."""
+        what, model, settings = "chat completion", self.settings.model, self.settings
+        _, limit = self._resources()
+        started = time.monotonic()
+        failed = True
+        tries = _Tries()
+        try:
+            while True:
+                await limit.acquire()  # held to the stream's end; released at once when an attempt fails
+                try:
+                    async with asyncio.timeout(settings.timeout_s):
+                        stream, first = await self._open_stream(system, user, max_tokens)
+                except BaseException as exc:
+                    limit.release()
+                    if not isinstance(exc, Exception):
+                        raise  # cancelled
+                    await self._after_failure(what, model, exc, tries)
+                    continue
+                break
+            try:
+                yield first
+                async for piece in self._rest(stream.chunks):
+                    yield piece
+            finally:
+                limit.release()
+                await stream.close()
+            failed = False
+        finally:
+            self._count(time.monotonic() - started, failed)
+
+    async def _rest(self, chunks: AsyncIterator[ChatCompletionChunk]) -> AsyncIterator[str]:
+        """The stream's text after its first piece; a failure (a stall, a cut, junk) raises the
+        broken-answer error and is not retried."""
+        timeout_s = self.settings.timeout_s
+        while True:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    chunk = await anext(chunks, None)
+                if chunk is None:
+                    raise Junk("the stream ended before the answer did (no finish_reason)")
+                text, finished = self._chunk_text(chunk)
+            except Exception as exc:  # translated below; unknown ones re-raised untouched
+                error = self._broken_error(exc)
+                if error is None:
+                    raise
+                raise error from _scrubbed(exc, self._api_key)
+            if text:
+                yield text
+            if finished:
+                return
+
+    def _broken_error(self, exc: Exception) -> ProviderError | None:
+        """The error for a stream that failed with ``exc`` after its first text; None for an
+        exception we do not know (a bug: re-raised as it is)."""
+        failure = _stream_failure(exc, self.settings.timeout_s)
+        if failure is None:
+            return None
+        model = self.settings.model
+        message = (f"the answer broke off after it began: the model server at {self.endpoint} (model {model!r}) "
+                   f"{failure.detail}; not retried, as its beginning was already given")
+        error: ProviderError
+        if failure.kind == "timeout":
+            error = ModelTimeout(message, endpoint=self.endpoint, model=model, status=None, attempts=1)
+        else:
+            error = ModelUnavailable(message, endpoint=self.endpoint, model=model, status=failure.status, attempts=1)
+        error.args = (_redact(str(error), self._api_key),)
+        logger.error("%s", error)
+        return error
+
+    def _bridged(self, source: AsyncIterator[T]) -> AsyncIterator[T]:
+        """``source`` (an async iterator to run on the client's loop) read from the caller's loop."""
+        return _bridge(self, source)
 
     async def _embed_once(self, texts: list[str], model: str) -> list[list[float]]:
         client, _ = self._resources()
@@ -294,32 +427,34 @@ class LLMClient:
             self._count(time.monotonic() - started, failed)
 
     async def _attempts(self, what: str, model: str, once: Callable[[], Awaitable[T]], limit: asyncio.Semaphore) -> T:
-        settings = self.settings
-        junk_seen = 0
-        attempt = 0
-        details: list[str] = []
+        tries = _Tries()
         while True:
-            attempt += 1
             try:
                 async with limit:
                     # Our own deadline too: httpx's timeout is per read, a server dripping bytes would evade it.
-                    async with asyncio.timeout(settings.timeout_s):
+                    async with asyncio.timeout(self.settings.timeout_s):
                         return await once()
-            except Exception as exc:  # classified below; unknown ones are re-raised untouched
-                failure = translate(exc, settings.timeout_s)
-                if failure is None:
-                    raise
-                cause = exc
-            details.append(failure.detail)
-            junk_seen += failure.kind == "junk"
-            out_of_tries = attempt > settings.max_retries or junk_seen > JUNK_RETRIES
-            if failure.kind == "rejected" or out_of_tries:
-                raise self._final_error(what, model, failure, details) from _scrubbed(cause, self._api_key)
-            delay = self._delay(attempt, failure)
-            logger.warning("%s to %s (model %s) %s; retry %d of %d in %.2f s", what, self.endpoint, model,
-                           failure.detail, attempt, settings.max_retries, delay)
-            self._count_retry()
-            await asyncio.sleep(delay)
+            except Exception as exc:  # classified by _after_failure; unknown ones are re-raised untouched
+                await self._after_failure(what, model, exc, tries)
+
+    async def _after_failure(self, what: str, model: str, exc: Exception, tries: _Tries) -> None:
+        """After a failed attempt: raises the call's final error (or ``exc`` itself when it is
+        not one we know), or waits the delay before the next attempt (holding no slot)."""
+        settings = self.settings
+        failure = translate(exc, settings.timeout_s)
+        if failure is None:
+            raise exc
+        tries.attempt += 1
+        tries.details.append(failure.detail)
+        tries.junk_seen += failure.kind == "junk"
+        out_of_tries = tries.attempt > settings.max_retries or tries.junk_seen > JUNK_RETRIES
+        if failure.kind == "rejected" or out_of_tries:
+            raise self._final_error(what, model, failure, tries.details) from _scrubbed(exc, self._api_key)
+        delay = self._delay(tries.attempt, failure)
+        logger.warning("%s to %s (model %s) %s; retry %d of %d in %.2f s", what, self.endpoint, model,
+                       failure.detail, tries.attempt, settings.max_retries, delay)
+        self._count_retry()
+        await asyncio.sleep(delay)
 
     def _delay(self, attempt: int, failure: Failure) -> float:
         """Seconds before the next attempt: the server's Retry-After if it gave one, else backoff."""
@@ -374,6 +509,77 @@ class LLMClient:
         meter = current_meter()
         if meter is not None:
             meter.record(usage)
+
+
+@dataclass(slots=True)
+class _Tries:
+    """The attempts of one call so far (for the retry policy)."""
+
+    attempt: int = 0
+    junk_seen: int = 0
+    details: list[str] = field(default_factory=list)
+
+
+def _stream_failure(exc: BaseException, timeout_s: float) -> Failure | None:
+    """A failure in the middle of a stream, classified: the API's errors as :func:`translate`
+    does, plus the transport's own (httpx raises them unwrapped while a body is being read)."""
+    failure = translate(exc, timeout_s)
+    if failure is None and isinstance(exc, httpx.HTTPError):
+        return Failure("unavailable", f"cut the stream ({type(exc).__name__})")
+    return failure
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """A streamed response and the iterator of its chunks (one iterator: it is read on)."""
+
+    response: openai.AsyncStream[ChatCompletionChunk]
+    chunks: AsyncIterator[ChatCompletionChunk]
+
+    async def close(self) -> None:
+        """Ends the iteration and closes the HTTP response (the connection is not left to the collector)."""
+        closing = getattr(self.chunks, "aclose", None)
+        with contextlib.suppress(Exception):
+            if closing is not None:
+                await closing()
+            await self.response.close()
+
+
+_END = object()
+
+
+async def _bridge(client: LLMClient, source: AsyncIterator[T]) -> AsyncIterator[T]:
+    """Runs ``source`` to its end on the client's loop, handing its items to this loop through
+    a queue (the request reads ahead of a slow consumer); its error is raised here, and
+    leaving early cancels it there. The caller's meter goes along, as for :meth:`LLMClient._on_loop`."""
+    loop = client._ensure_loop()
+    here = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[object, BaseException | None]] = asyncio.Queue()
+
+    def put(item: object, error: BaseException | None = None) -> None:
+        with contextlib.suppress(RuntimeError):  # the consumer's loop is gone: nobody reads any more
+            here.call_soon_threadsafe(queue.put_nowait, (item, error))
+
+    async def pump() -> None:
+        try:
+            async for item in source:
+                put(item)
+        except Exception as exc:  # noqa: BLE001 (handed to the consumer, who raises it)
+            put(_END, exc)
+            return
+        put(_END)
+
+    future = asyncio.run_coroutine_threadsafe(_metered_by(current_meter(), pump()), loop)
+    try:
+        while True:
+            item, error = await queue.get()
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item  # type: ignore[misc]  # every item but the end marker is a T
+    finally:
+        future.cancel()
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:

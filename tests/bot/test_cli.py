@@ -163,3 +163,36 @@ def test_the_configured_summary_length_bounds_an_overview_answer(tmp_path: Path)
         assert len(lead) <= chars
         lengths[chars] = len(lead)
     assert lengths[120] < lengths[900]
+
+
+class _Writes(io.StringIO):
+    """stdout that keeps each write apart: a streamed answer arrives in many."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_the_console_chat_prints_a_model_answer_as_it_is_written(tmp_path: Path) -> None:
+    from testkit.openai_stub import running_stub
+
+    data = tmp_path / "data"
+    assert run("--data-dir", str(data), "ingest", "--channel", "team", str(SAMPLE))[0] == 0
+    with running_stub() as stub:
+        stub.answer_text = "The on-call engineer carries the pager for a week and watches the alerts channel [1]."
+        stub.tokens_per_s = 50.0
+        config = tmp_path / "config.yaml"
+        config.write_text(f"data_dir: {data}\nconsole:\n  channel: team\n"
+                          f"llm:\n  base_url: {stub.base_url}\n  model: stub-model\n")
+        out = _Writes()
+        code = main(["--config", str(config), "serve"], stdin=io.StringIO("What does on-call do?\n/quit\n"),
+                    stdout=out)
+    assert code == 0
+    printed = out.getvalue()
+    assert "carries the pager for a week and watches the alerts channel [1]." in printed
+    pieces = [w for w in out.writes if w and w in stub.answer_text]
+    assert len(pieces) >= 3, out.writes  # word by word, not one finished line
