@@ -53,7 +53,7 @@ from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
-from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources
+from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources, update_pin
 from bot.neutral import (
     Attachment,
     Command,
@@ -337,9 +337,23 @@ class ChatHandler:
         await self._add(upload, upload.size or len(upload.data), upload.filename, send, lambda engine: ingest_upload(engine, upload))
 
     async def _pin(self, pin: Pin, send: Send) -> None:
+        if pin.edited:
+            await self._pin_edited(pin, send)
+            return
         document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
         size = len(document.text.encode("utf-8"))
         await self._add(pin, size, document.title, send, lambda engine: ingest_pin(engine, pin))
+
+    async def _pin_edited(self, pin: Pin, send: Send) -> None:
+        """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
+        Nothing is said for a message that is no source, nor for an edit that changed nothing kept."""
+        result = await self._engine.run(lambda engine: update_pin(engine, pin))
+        if result is None or result.duplicate:
+            return
+        log.info("channel %s: source %s updated after an edit of %s", pin.channel, result.source.id[:12],
+                 pin.external_id)
+        self._scheduler.watch(pin.channel)
+        await send(Reply(ReplyKind.INFO, replies.updated_text(result)))
 
     async def _add(
         self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[Engine], IngestResult]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bot.errors import BotError
@@ -67,6 +68,25 @@ def pin_document(pin: Pin) -> Document:
         added_at="",
         external_id=pin.external_id,
     )
+
+
+def update_pin(engine: Engine, pin: Pin) -> IngestResult | None:
+    """An edited message's new text in place of its source (blocking); None when the message
+    is no source of its channel. The new text is stored first, under the same external id and
+    still credited to whoever pinned it (who may unpin it stays the same) and linked as before
+    when ``pin`` brings no link, then the earlier
+    versions are forgotten: if storing fails, the old text keeps answering. The same text
+    again (an edit that changed nothing we keep, a link unfurled) is a ``duplicate`` and
+    changes nothing. Raises ``BotError`` when the message has no text any more."""
+    earlier = [s for s in engine.sources(pin.channel) if s.external_id == pin.external_id]
+    if not earlier:
+        return None
+    document = replace(pin_document(pin), added_by=earlier[-1].added_by, link=pin.link or earlier[-1].link)
+    result = engine.ingest(pin.channel, document)
+    for source in earlier:
+        if source.id != result.source.id:
+            engine.forget(pin.channel, source.id)
+    return result
 
 
 def added_by(person: Person) -> str:

@@ -78,7 +78,11 @@ class Upload:
 class Pin:
     """A pinned message, or a pinned thread (``replies`` non-empty: root and replies
     become one source linked to the thread). ``external_id`` is the platform's id of
-    the message, used again by :class:`Unpin`."""
+    the message, used again by :class:`Unpin`.
+
+    ``edited``: the message was edited, and the platform does not say whether it is pinned.
+    Its source, if it is one, takes the new text; a message that is no source is left alone
+    and nothing is said (every edit in the channel arrives so)."""
 
     channel: ChannelKey
     person: Person
@@ -87,6 +91,7 @@ class Pin:
     link: str = ""
     author: str = ""
     replies: tuple[str, ...] = ()
+    edited: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from bot.texts.sources import (
     too_large_text,
     unpin_kept_text,
     unpinned_text,
+    updated_text,
 )
 from bot.texts.tree import (
     REBUILD_ENQUEUED,
@@ -75,6 +76,6 @@ __all__ = [
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",
     "rejected_text", "report_sentence", "report_text", "sample_text", "short_id",
     "source_cap_text", "source_choice_text", "sources_text", "stats_text", "status_text", "stored_cap_text",
-    "too_large_text", "unexpected_text", "unpin_kept_text", "unpinned_text",
+    "too_large_text", "unexpected_text", "unpin_kept_text", "unpinned_text", "updated_text",
     "upload_budget_text", "upload_limit_text", "usage_text", "vote_text", "when",
 ]

@@ -644,6 +644,16 @@ class FakeDiscord:
             await self.dispatch("MESSAGE_CREATE", self._as_delivered(payload))
         return payload
 
+    async def edit(self, channel_id: str, message_id: str, content: str) -> dict[str, Any]:
+        """Its author edits a message: stored, then MESSAGE_UPDATE with the whole message as it
+        is now, ``pinned`` included (as Discord sends it). Returns the stored payload."""
+        [payload] = [m for m in self.messages.get(channel_id, []) if str(m["id"]) == str(message_id)]
+        payload["content"] = content
+        payload["edited_timestamp"] = iso_now()
+        pinned = any(pinned_id == str(message_id) for pinned_id, _ in self.pins.get(channel_id, []))
+        await self.dispatch("MESSAGE_UPDATE", self._as_delivered({**payload, "pinned": pinned}))
+        return payload
+
     async def start_thread(self, channel_id: str, starter: Mapping[str, Any], name: str,
                            owner: Mapping[str, Any]) -> dict[str, Any]:
         """Someone starts a thread from ``starter``: the thread, its starter message, THREAD_CREATE."""

@@ -787,6 +787,22 @@ class SlackStandIn:
     async def unpin(self, channel: str, user: str, ts: str) -> Delivery:
         return await self.deliver_event(self._pin_event("pin_removed", channel, user, ts))
 
+    async def edit(self, channel: str, ts: str, text: str) -> Delivery:
+        """A person edits their message: it changes in the workspace, and Slack sends a
+        ``message`` event of subtype ``message_changed`` with the message as it is now and
+        as it was (``previous_message``)."""
+        stored = self.message(channel, ts)
+        assert stored is not None, f"no message {ts} in {channel}"
+        previous = dict(stored)
+        stored["text"] = text
+        stored["edited"] = {"user": stored.get("user", ""), "ts": self.next_ts()}
+        now = {k: v for k, v in stored.items() if k != "channel"}
+        return await self.deliver_event({
+            "type": "message", "subtype": "message_changed", "hidden": True, "channel": channel,
+            "message": now, "previous_message": {k: v for k, v in previous.items() if k != "channel"},
+            "ts": self.next_ts(), "event_ts": self.next_ts(),
+        })
+
     async def slash(self, channel: str, user: str, text: str, command: str = "/raptor") -> Delivery:
         fields = {
             "token": "legacy-verification-token", "team_id": self.team, "team_domain": "stand-in",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +55,29 @@ class PinHandling(ClientCore):
 
     async def on_private_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
         await self._pins_changed(channel, last_pin)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """An edited message that is pinned: its source, if the bot holds one, takes the new
+        text (the handler tells; see :class:`~bot.neutral.Pin`). Discord says in the update
+        whether the message is pinned, so other edits cost nothing. One front-end handles
+        each edit: the first to claim ``discord:edit:<channel>:<message>:<edited at>``."""
+        message = payload.message
+        if not message.pinned or message.author.id == self.bot_id:
+            return
+        with self._tracked():
+            channel = message.channel
+            place = translate.place_of(channel)
+            if not self.scope.allows(place):
+                return
+            edited = f"discord:edit:{channel.id}:{message.id}:{_stamp(message.edited_at)}"
+            if not await self.raptor.first_delivery(edited):
+                return
+            async with self._pin_locks.setdefault(channel.id, asyncio.Lock()):
+                try:
+                    pin = await self._pin_of(channel, message, place)
+                    await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(channel, message))
+                except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                    await self._failed(f"updating pinned message {message.id}", ChannelSend(channel, message))
 
     async def _pins_changed(self, channel: Any, last_pin: Any = None) -> None:
         """Adds newly pinned messages and removes unpinned ones (see :func:`translate.pin_changes`).
@@ -107,14 +131,19 @@ class PinHandling(ClientCore):
         external_id = translate.pin_external_id(channel.id, message.id)
         for attachment in message.attachments:
             await hand_over_attachment(self.raptor, message, attachment, place, translate.PINNER, external_id)
+        pin = await self._pin_of(channel, message, place)
+        if not pin.text and not pin.replies and message.attachments:
+            return
+        await self.raptor.handler.handle(pin, ChannelSend(channel, message))
+
+    async def _pin_of(self, channel: Any, message: discord.Message, place: Place) -> Pin:
+        """A pinned message's text, with its thread's messages when it starts one, as a Pin."""
         text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
         replies = await self._thread_replies(message)
-        if not text and not replies and message.attachments:
-            return
         author = getattr(message.author, "display_name", "") or message.author.name
-        pin = Pin(place.key, translate.PINNER, text, external_id, link=message.jump_url, author=author,
-                  replies=replies)
-        await self.raptor.handler.handle(pin, ChannelSend(channel, message))
+        external_id = translate.pin_external_id(channel.id, message.id)
+        return Pin(place.key, translate.PINNER, text, external_id, link=message.jump_url, author=author,
+                   replies=replies)
 
     async def _thread_replies(self, message: discord.Message) -> tuple[str, ...]:
         """The messages of the thread a pinned message starts ((), when it starts none)."""

@@ -89,6 +89,7 @@ class Pinned:
     text: str = ""
     author: str = ""
     permalink: str = ""
+    edited: bool = False  # not a pin: a message edited (``origin.user`` its author), perhaps a pinned one
 
     @property
     def is_reply(self) -> bool:
@@ -162,6 +163,8 @@ def _mention(event: Mapping[str, Any], team: str, identity: BotIdentity) -> Arri
 
 def _message(event: Mapping[str, Any], team: str, identity: BotIdentity) -> Arrival:
     subtype = event.get("subtype")
+    if subtype == "message_changed":
+        return _edited(event, team, identity)
     if _is_from_bot(event, identity):
         return Ignored("a message from a bot")
     if subtype not in (None, "file_share", "thread_broadcast"):
@@ -180,6 +183,21 @@ def _message(event: Mapping[str, Any], team: str, identity: BotIdentity) -> Arri
     if origin.thread_ts and origin.thread_ts != origin.ts:
         return FollowUp(origin, plain_text(text, identity.user_id))
     return Ignored("a channel message not addressed to the bot")
+
+
+def _edited(event: Mapping[str, Any], team: str, identity: BotIdentity) -> Arrival:
+    """A ``message_changed`` event: the message as it is now (``message``) may be a pinned
+    source; the handler tells. Edits of bots' messages (our own answers, as they stream)
+    are never sources."""
+    message = as_mapping(event.get("message"))
+    if _is_from_bot(message, identity):
+        return Ignored("an edit of a bot's message")
+    channel, ts = as_text(event.get("channel")), as_text(message.get("ts"))
+    if not channel or not ts:
+        return Ignored("an edit without channel or message ts")
+    author = as_text(message.get("user"))
+    origin = Origin(team, channel, author, ts, as_text(message.get("thread_ts")))
+    return Pinned(origin, text=plain_text(as_text(message.get("text")), identity.user_id), author=author, edited=True)
 
 
 def _file_notice(event: Mapping[str, Any], team: str) -> Arrival:
@@ -225,7 +243,8 @@ def question(arrival: Asked | FollowUp, person: Person, context: Sequence[str] =
 def pin(
     pinned: Pinned, person: Person, text: str, link: str, author: str = "", replies: Sequence[str] = ()
 ) -> Pin:
-    """A pinned message (or thread, with ``replies``) as a Pin under :func:`message_external_id`."""
+    """A pinned (or edited) message, or thread with ``replies``, as a Pin under
+    :func:`message_external_id`."""
     origin = pinned.origin
     return Pin(
         origin.key,
@@ -235,6 +254,7 @@ def pin(
         link=link,
         author=author,
         replies=tuple(replies),
+        edited=pinned.edited,
     )
 
 

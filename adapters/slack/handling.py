@@ -296,6 +296,9 @@ class SlackAdapter:
             await self.bot.handler.handle(upload, self.outbox.sender(target))
 
     async def _pinned(self, pinned: Pinned) -> None:
+        if pinned.edited:
+            await self._edited(pinned)
+            return
         origin = pinned.origin
         target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
         async with self._reporting(target, "a pinned message"):
@@ -305,6 +308,18 @@ class SlackAdapter:
             link = pinned.permalink or await slack_web.permalink(self.client, origin.channel, origin.ts)
             pin = translate.pin(pinned, person, text, link, author, thread_replies)
             await self._handle(pin, target, origin.ts)
+
+    async def _edited(self, pinned: Pinned) -> None:
+        """An edited message, for the handler to update its source if it is one. No working
+        reaction (most edited messages are no source); a thread's root is read again with its
+        replies, as when it was pinned; its link stays the source's own."""
+        origin = pinned.origin
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
+        async with self._reporting(target, "an edited message"):
+            person = await self.people.get(origin.user)
+            text, thread_replies = await self._pinned_text(pinned) if origin.thread_ts else (pinned.text, ())
+            pin = translate.pin(pinned, person, text, "", person.label, thread_replies)
+            await self.bot.handler.handle(pin, self.outbox.sender(target))
 
     async def _pinned_text(self, pinned: Pinned) -> tuple[str, tuple[str, ...]]:
         """The pinned message's text and, for a thread's root, its replies (read from Slack:

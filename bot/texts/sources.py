@@ -57,6 +57,14 @@ def added_text(result: IngestResult) -> str:
     )
 
 
+def updated_text(result: IngestResult) -> str:
+    """What an edit of a pinned message did to its source."""
+    return (
+        f"Updated “{result.source.title}”: the pinned message was edited, and its new text "
+        f"({count(result.leaves, 'excerpt')}) answers from now on; its summaries follow with the next rebuild."
+    )
+
+
 def ingested_text(path: Path, result: IngestResult) -> str:
     """The command line's line per file ingested: ``notes.md: stored (12 excerpts) as ID “Title”``."""
     verb = "already stored" if result.duplicate else f"stored ({count(result.leaves, 'excerpt')})"

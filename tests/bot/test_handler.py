@@ -193,6 +193,37 @@ def test_pinned_thread_is_one_source_and_unpin_removes_it(
     run(engine, make_config(tmp_path, channel), channel, body)
 
 
+def test_an_edit_updates_a_pinned_source_and_leaves_other_messages_alone(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        (pinned,) = engine.sources(channel)
+        editor = Person("U-ben", "Ben")
+
+        quiet = len(s.sent)
+        await s.handler.handle(Pin(channel, editor, "Lunch is at two.", "m9", edited=True), s.send)  # no source
+        await s.handler.handle(Pin(channel, editor, NOTE, "m1", author="Ana", edited=True), s.send)  # same text
+        assert len(s.sent) == quiet and engine.sources(channel) == [pinned]
+
+        new_text = NOTE.replace("Fridays", "Thursdays")
+        updated = await s.do(Pin(channel, editor, new_text, "m1", author="Ana", edited=True))
+        assert updated.kind is ReplyKind.INFO and updated.text.startswith("Updated “Ana: Deploys are frozen on Thursdays")
+        (source,) = engine.sources(channel)
+        assert source.id != pinned.id and source.external_id == "m1"
+        assert (source.added_by, source.link) == (pinned.added_by, pinned.link)  # who pinned it, where it is
+        answer = await s.do(Question(channel, GUEST, "When are deploys frozen?"))
+        assert "Thursdays" in answer.text and "Fridays" not in answer.text
+
+        emptied = await s.do(Pin(channel, editor, "  ", "m1", edited=True))
+        assert emptied.kind is ReplyKind.ERROR and engine.sources(channel) == [source]  # the last text stays
+
+        removed = await s.do(Unpin(channel, GUEST, "m1"))  # the pinner may still unpin it
+        assert removed.text.startswith("Removed “Ana: Deploys are frozen on Thursdays")
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
 def test_unpin_keeps_the_source_when_configured(engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
     async def body(s: Session) -> None:
         await s.do(s.pin(NOTE, "m1"))

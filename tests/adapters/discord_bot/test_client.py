@@ -327,6 +327,31 @@ def test_library_channel_files_and_pins_added_and_removed(engine: Engine, tmp_pa
     run_world(engine, tmp_path, body)
 
 
+def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake, general, alice = world.fake, world.channel("general"), world.alice
+        freeze = await fake.post(general, alice["user"], FREEZE_NOTE, alice)
+        lunch = await fake.post(general, alice["user"], "Lunch is at one.", alice)
+        await fake.pin(general, freeze["id"])
+        await world.bot_posts(general, 1)
+
+        await fake.edit(general, lunch["id"], "Lunch is at two.")  # not pinned: nothing said, nothing stored
+        await fake.edit(general, freeze["id"], FREEZE_NOTE.replace("Fridays", "Thursdays"))
+        (_, updated) = await world.bot_posts(general, 2)
+        assert updated["content"].startswith("Updated “Alice: Deploys are frozen on Thursdays"), updated["content"]
+        assert updated["message_reference"]["message_id"] == freeze["id"]
+        (source,) = world.engine.sources(world.key("general"))
+        assert source.external_id == f"{general}/{freeze['id']}" and "Thursdays" in source.title
+        asked = await world.slash("general", "ask", {"question": "When are deploys frozen?"})
+        (answer,) = await world.replies(asked)
+        assert "Thursdays" in answer["embeds"][0]["description"], answer
+        # The unpinned message's edit said nothing.
+        assert not [m for m in fake.bot_messages(general) if (m.get("message_reference") or {}).get("message_id")
+                    == lunch["id"]]
+
+    run_world(engine, tmp_path, body)
+
+
 def test_pins_are_read_page_by_page(engine: Engine, tmp_path: Path) -> None:
     async def body(world: World) -> None:
         fake, secret = world.fake, world.channel("secret")

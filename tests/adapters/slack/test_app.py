@@ -333,6 +333,43 @@ def test_pins_threads_and_unpins_feed_the_sources(engine: Engine, tmp_path: Path
     run(engine, tmp_path, mode, body)
 
 
+@pytest.mark.parametrize("mode", ["http"])  # how the event came does not matter to what an edit does
+def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, tmp_path: Path, mode: str) -> None:
+    question = "When are deploys frozen?"
+
+    async def answer(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> str:
+        asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {question}")
+        [posted] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
+        await settle(running, bot)
+        return str(posted["text"])
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon.")
+        other, _ = await slack.user_says(CHANNEL, BEN, "Lunch is at one.")
+        await slack.pin(CHANNEL, ANA, note["ts"])
+        await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"]), what="the pin's note")
+        await settle(running, bot)
+        before = await answer(slack, running, bot)
+        assert "Fridays" in before, before
+
+        await slack.edit(CHANNEL, other["ts"], "Lunch is at two.")  # no source: nothing said, nothing stored
+        await slack.edit(CHANNEL, note["ts"], "Deploys are frozen on Thursdays after noon, from now on.")
+        [_, updated] = await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"])[1:] and
+                                              slack.posts(CHANNEL, note["ts"]), what="the edit's note")
+        assert updated["text"].startswith("Updated “Ben: Deploys are frozen on Thursdays"), updated["text"]
+        await settle(running, bot)
+        sources = [s for s in engine.sources(key()) if s.external_id == f"{CHANNEL}:{note['ts']}"]
+        assert len(sources) == 1, sources  # the earlier text is gone, not kept beside the new one
+        assert "Ana" in sources[0].added_by  # still credited to who pinned it
+        assert sources[0].link == slack.permalink_of(CHANNEL, note["ts"])
+        assert not slack.posts(CHANNEL, other["ts"])
+        assert len(engine.sources(key())) == 1
+        after = await answer(slack, running, bot)
+        assert "Thursdays" in after and "Fridays" not in after, after
+
+    run(engine, tmp_path, mode, body)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_download_refused_for_the_token_is_reported(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture

@@ -55,6 +55,22 @@ def test_a_mention_is_asked_and_answered_in_a_thread_under_it() -> None:
     assert isinstance(in_thread, Asked) and in_thread.reply_thread == "50.000001"
 
 
+def test_an_edited_message_is_a_possible_source_update_unless_a_bot_wrote_it() -> None:
+    def edit(now: dict[str, Any]) -> dict[str, Any]:
+        return callback({"type": "message", "subtype": "message_changed", "channel": "C1", "hidden": True,
+                         "message": now, "previous_message": {**now, "text": "before"}, "ts": "101.000001"})
+
+    arrival = translate.classify_event(edit({"type": "message", "user": "UBEN", "text": "after &amp; now",
+                                              "ts": "100.000001", "edited": {"user": "UBEN"}}), BOT)
+    assert isinstance(arrival, Pinned) and arrival.edited and arrival.text == "after & now"
+    assert (arrival.origin.channel, arrival.origin.ts, arrival.author) == ("C1", "100.000001", "UBEN")
+    pin = translate.pin(arrival, ANA, arrival.text, "")
+    assert pin.edited and pin.external_id == "C1:100.000001"
+    for own in ({"user": "UBOT", "text": "streamed answer", "ts": "100.000002"},
+                {"bot_id": "B2", "text": "another bot", "ts": "100.000003"}):
+        assert isinstance(translate.classify_event(edit(own), BOT), Ignored)
+
+
 def test_direct_messages_are_questions_answered_directly() -> None:
     arrival = translate.classify_event(callback(message(channel="D1", channel_type="im", text="hi there")), BOT)
     assert isinstance(arrival, Asked) and arrival.direct and arrival.reply_thread == ""
