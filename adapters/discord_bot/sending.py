@@ -5,7 +5,7 @@ Both senders never raise: a failed post is logged with a short reference and a s
 message naming it is posted where it can be.
 
 :class:`ChannelSend` can also show an answer while a language model writes it
-(:class:`DiscordDraft`): the first words are posted as the reply as soon as they come, then
+(:class:`DiscordDraft`; a slash command's reply, :class:`InteractionDraft`): the first words are posted as the reply as soon as they come, then
 the message is edited at most every :data:`EDIT_EVERY_S` (Discord allows 5 edits per 5 s in a
 channel; discord.py waits out a 429 by itself), and the last edit puts the finished reply,
 rendered as it would have been posted, in its place.
@@ -204,6 +204,11 @@ class InteractionSend:
                     await self._notify(reference, private)
                     return
 
+    def draft(self, thread: str = "") -> InteractionDraft:
+        """An answer shown while it is written, in the interaction's reply (``thread`` is
+        where the interaction happened already)."""
+        return InteractionDraft(self)
+
     async def finish(self) -> None:
         """After the handler returned: a "thinking" message nothing replaced is removed, so
         it does not think forever."""
@@ -212,6 +217,31 @@ class InteractionSend:
                 self._pending = False
                 with suppress(discord.HTTPException, OSError):
                     await self._interaction.delete_original_response()
+
+    @property
+    def interaction_id(self) -> int:
+        return self._interaction.id
+
+    async def first_follow_up(self, content: str) -> discord.WebhookMessage:
+        """A streamed answer's first words, as the first public follow-up (it replaces the
+        "thinking" message). Raises discord.py's errors, for the draft's pacer to log."""
+        async with self._lock:
+            if self._pending and self._pending_private:
+                with suppress(discord.NotFound):
+                    await self._interaction.delete_original_response()
+            message = await self._interaction.followup.send(content=content, wait=True,
+                                                            allowed_mentions=ALLOWED_MENTIONS)
+            self._pending = False
+            return message
+
+    async def follow_up(self, outgoing: Outgoing) -> None:
+        """One more public follow-up (a long answer's next message). Raises discord.py's errors."""
+        async with self._lock:
+            await self._send(outgoing, private=False)
+
+    async def notify(self, reference: str) -> None:
+        """Says, where it can, that a reply could not be posted (``reference`` is in the log)."""
+        await self._notify(reference, private=False)
 
     async def _send(self, outgoing: Outgoing, private: bool) -> None:
         if time.monotonic() - self._started > FOLLOWUP_TOKEN_S:
@@ -242,6 +272,48 @@ class InteractionSend:
         if self._interaction.channel is None and self._interaction.channel_id is not None:
             return self._client.get_partial_messageable(self._interaction.channel_id)
         return self._interaction.channel
+
+
+class InteractionDraft:
+    """An answer to a slash command shown while it is written: its first words are the first
+    follow-up (which takes the "thinking" message's place), edited at most every
+    :data:`EDIT_EVERY_S`, and the last edit puts the finished reply in place. A private
+    reply, or one whose first message carries files, replaces the draft as a reply of its
+    own. An :class:`~bot.neutral.AnswerDraft`."""
+
+    interval_s = EDIT_EVERY_S
+
+    def __init__(self, send: InteractionSend) -> None:
+        self._send = send
+        self._message: discord.WebhookMessage | None = None
+
+    async def show(self, text: str) -> None:
+        content = text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"
+        if self._message is None:
+            self._message = await self._send.first_follow_up(content)
+        else:
+            await self._message.edit(content=content)
+
+    async def finish(self, reply: Reply) -> None:
+        """See :meth:`DiscordDraft.finish`; never raises."""
+        if self._message is None:
+            await self._send(reply)
+            return
+        first, *rest = render.render_reply(reply)
+        try:
+            if first.files or reply.private:
+                await self._message.delete()
+                await self._send(reply)
+                return
+            arguments = message_arguments(first)
+            await self._message.edit(content=arguments.get("content"), embeds=arguments.get("embeds", []),
+                                     view=arguments.get("view"))
+            for outgoing in rest:
+                await self._send.follow_up(outgoing)
+        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            reference = log_failure(log, "finishing a streamed answer to interaction %s failed (reference %s)",
+                                    self._send.interaction_id)
+            await self._send.notify(reference)
 
 
 def message_arguments(outgoing: Outgoing) -> dict[str, Any]:

@@ -106,3 +106,29 @@ def test_a_broken_stream_ends_in_a_clear_message(stub: OpenAIStub, embedder: Sen
         assert "carries the pager" not in shown["content"]
 
     run(stub, embedder, tmp_path, body)
+
+
+def test_a_slash_command_answer_streams_in_the_interaction_reply(
+        stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake = world.fake
+        asked = await world.slash("general", "ask", {"question": QUESTION})
+        await fake.wait_for(lambda: asked.messages and not asked.loading, 20)
+        first = asked.messages[0]
+        assert ANSWER.startswith(message_text_of(first)) and len(message_text_of(first)) < 100  # the first words
+        await fake.wait_for(lambda: asked.messages[0].get("embeds"), 20)
+        growing = fake.calls_to("PATCH", rf"^/webhooks/\d+/{asked.token}/messages/")
+        assert len(growing) >= 2, growing  # edited while the model wrote, then the finished answer
+
+        answer = await world.engine.answer(world.key("general"), QUESTION)
+        [kept] = world.engine.answers(world.key("general"))
+        [expected] = render.render_reply(replies.answer_reply(answer, answer_id=kept.answer_id))
+        [shown] = asked.messages
+        assert (shown["content"] or None) == (expected.content or None)
+        assert shown["embeds"] == [e.to_dict() for e in expected.embeds]
+
+    run(stub, embedder, tmp_path, body)
+
+
+def message_text_of(message: dict[str, Any]) -> str:
+    return str(message.get("content") or "")
