@@ -44,6 +44,7 @@ SOURCES = "sources"
 FORGET = "forget"
 NODE = "node"
 TREE = "tree"
+FEEDBACK = "feedback"
 HELP = "help"
 
 COMMANDS: dict[str, CommandSpec] = {
@@ -57,6 +58,8 @@ COMMANDS: dict[str, CommandSpec] = {
                     admin_only=True),
         CommandSpec(NODE, "node ID", "show a cited excerpt or summary with its children and parents"),
         CommandSpec(TREE, "tree", "a picture and an outline of this channel's tree"),
+        CommandSpec(FEEDBACK, "feedback", "recent 👎 with their reasons, and the questions I could not answer",
+                    admin_only=True),
         CommandSpec(HELP, "help", "this list"),
     )
 }

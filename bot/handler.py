@@ -53,12 +53,21 @@ from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
-from bot.ingestion import adder_id, ingest_pin, ingest_upload, pin_document, pinned_sources, update_pin
+from bot.ingestion import (
+    adder_id,
+    ingest_correction,
+    ingest_pin,
+    ingest_upload,
+    pin_document,
+    pinned_sources,
+    update_pin,
+)
 from bot.neutral import (
     Attachment,
     Command,
     DraftingSend,
     Event,
+    Feedback,
     Person,
     Pin,
     Question,
@@ -166,6 +175,8 @@ class ChatHandler:
             await self._unpin(event, send)
         elif isinstance(event, Vote):
             await self._vote(event, send)
+        elif isinstance(event, Feedback):
+            await self._feedback(event, send)
         else:
             raise TypeError(f"the chat handler does not know events of type {type(event).__name__}")
 
@@ -250,6 +261,24 @@ class ChatHandler:
                  vote.answer_id)
         await send(Reply(ReplyKind.INFO, replies.vote_text(vote.up, record.ups, record.downs), private=True))
 
+    async def _feedback(self, feedback: Feedback, send: Send) -> None:
+        """Stores the reason with the answer (and the person's 👎); a correction from a channel
+        admin becomes a source at once, cited like any other (see :func:`bot.ingestion.ingest_correction`)."""
+        key = feedback.channel
+        record = await self._engine.run(
+            lambda engine: engine.add_feedback(key, feedback.answer_id, feedback.person.id, feedback.reason))
+        log.info("channel %s: %s gave feedback on answer %s", key, feedback.person.id, feedback.answer_id)
+        correction = feedback.correction.strip()
+        if not correction:
+            await send(Reply(ReplyKind.INFO, replies.feedback_text(), private=True))
+            return
+        if not commands.may_manage(feedback.person, key, self._config.bot):
+            await send(Reply(ReplyKind.INFO, replies.feedback_text(correction_kept=False), private=True))
+            return
+        result = await self._engine.run(lambda engine: ingest_correction(engine, key, record, correction, feedback.person))
+        self._scheduler.watch(key)
+        await send(Reply(ReplyKind.INFO, replies.feedback_text(correction_kept=True, added=result), private=True))
+
     # -- commands -----------------------------------------------------------------
 
     async def _command(self, command: Command, send: Send) -> None:
@@ -276,6 +305,9 @@ class ChatHandler:
             await self._node(command, send)
         elif name == commands.TREE:
             await self._tree(command, send)
+        elif name == commands.FEEDBACK:
+            answers = await self._engine.run(lambda engine: engine.answers(command.channel))
+            await self._info(send, command, replies.feedback_report_text(answers))
         else:
             await self._info(send, command, replies.help_text())
 

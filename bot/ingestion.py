@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from bot.errors import BotError
 from bot.neutral import Person, Pin, Upload
-from raptor_engine import ChannelKey, Document, Source, SourceKind
+from raptor_engine import AnswerRecord, ChannelKey, Document, Source, SourceKind
 
 if TYPE_CHECKING:
     from raptor_engine import Engine, IngestResult
@@ -87,6 +87,24 @@ def update_pin(engine: Engine, pin: Pin) -> IngestResult | None:
         if source.id != result.source.id:
             engine.forget(pin.channel, source.id)
     return result
+
+
+CORRECTION_TITLE_CHARS = 80
+
+
+def ingest_correction(engine: Engine, key: ChannelKey, record: AnswerRecord, correction: str,
+                      person: Person) -> IngestResult:
+    """A channel admin's right answer to a kept answer's question, stored as a source of kind
+    CORRECTION (blocking): the question and the right answer as one text, so that the same
+    question finds it, titled "Correction: <question>", under the external id
+    ``correction:<answer id>`` (a later correction of the same answer is another source).
+    Raises ``DocumentRejected`` for a text with nothing in it."""
+    question = " ".join(record.question.split())
+    title = question if len(question) <= CORRECTION_TITLE_CHARS else question[: CORRECTION_TITLE_CHARS - 1] + "…"
+    text = f"Question: {question}\nAnswer: {correction.strip()}"
+    document = Document(text, f"Correction: {title}", SourceKind.CORRECTION, "", added_by(person), "",
+                        f"correction:{record.answer_id}")
+    return engine.ingest(key, document)
 
 
 def added_by(person: Person) -> str:

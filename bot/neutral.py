@@ -114,7 +114,20 @@ class Vote:
     up: bool
 
 
-Event = Question | Command | Upload | Pin | Unpin | Vote
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """What was wrong with an answer, from the form a 👎 opens: ``reason`` (may be empty) and,
+    optionally, the right answer (``correction``), which becomes a source of the channel
+    when a channel admin gives it."""
+
+    channel: ChannelKey
+    person: Person
+    answer_id: str
+    reason: str
+    correction: str = ""
+
+
+Event = Question | Command | Upload | Pin | Unpin | Vote | Feedback
 
 
 @dataclass(frozen=True, slots=True)

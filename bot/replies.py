@@ -19,6 +19,8 @@ from bot.texts.answers import (
     citation_view,
     cited_text,
     demo_question_text,
+    feedback_report_text,
+    feedback_text,
     hit_line,
     vote_text,
 )
@@ -71,7 +73,7 @@ __all__ = [
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",
-    "error_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
+    "error_text", "feedback_report_text", "feedback_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
     "layers_text", "megabytes", "node_text", "outline_text", "progress_text",
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",
     "rejected_text", "report_sentence", "report_text", "sample_text", "short_id",

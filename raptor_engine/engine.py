@@ -251,7 +251,7 @@ class Engine:
             for source_id in node.source_ids if node else ():
                 if source_id not in sources:
                     sources.append(source_id)
-        record = AnswerRecord(answer_id, question, answer.text, asked_by, utc_now(), tuple(sources))
+        record = AnswerRecord(answer_id, question, answer.text, asked_by, utc_now(), tuple(sources), found=answer.found)
         channel = self._channel(key)
         channel.put_answer(record)
         channel.prune_answers(keep)
@@ -266,6 +266,17 @@ class Engine:
         if record is None:
             raise ChannelError("that answer is no longer kept in this channel, so the vote was not stored")
         updated = replace(record, votes=record.votes | {voter: 1 if up else -1})
+        channel.put_answer(updated)
+        return updated
+
+    def add_feedback(self, key: ChannelKey, answer_id: str, voter: str, reason: str) -> AnswerRecord:
+        """Stores what ``voter`` said was wrong with a kept answer, with their 👎 (a later
+        reason replaces an earlier one). Raises ``ChannelError`` as :meth:`vote` does."""
+        channel = self._channel(key)
+        record = channel.get_answer(answer_id)
+        if record is None:
+            raise ChannelError("that answer is no longer kept in this channel, so the feedback was not stored")
+        updated = replace(record, votes=record.votes | {voter: -1}, reasons=record.reasons | {voter: reason.strip()})
         channel.put_answer(updated)
         return updated
 

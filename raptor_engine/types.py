@@ -32,6 +32,7 @@ class SourceKind(str, Enum):
     FILE = "file"
     MESSAGE = "message"
     THREAD = "thread"
+    CORRECTION = "correction"  # the right answer to a question, given by a channel admin as feedback
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,8 @@ class AnswerRecord:
 
     ``votes`` maps a voter's id to +1 or -1 (a voter's last vote counts);
     ``source_ids`` are the sources its citations came from (forgetting one of
-    them removes the record).
+    them removes the record); ``found`` is False for an answer saying the channel's
+    material does not hold it; ``reasons`` maps a voter's id to what they said was wrong.
     """
 
     answer_id: str
@@ -230,6 +232,8 @@ class AnswerRecord:
     answered_at: str
     source_ids: tuple[str, ...] = ()
     votes: dict[str, int] = field(default_factory=dict)
+    found: bool = True
+    reasons: dict[str, str] = field(default_factory=dict)
 
     @property
     def ups(self) -> int:

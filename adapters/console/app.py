@@ -27,7 +27,7 @@ from typing import TextIO
 
 from adapters.console import translate
 from bot.commands import HELP
-from bot.neutral import Attachment, ChannelKey, Command, Person, Pin, Reply, ReplyAddress, Send
+from bot.neutral import Attachment, ChannelKey, Command, Feedback, Person, Pin, Reply, ReplyAddress, Send, Vote
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT, SAMPLE_QUESTION
 
@@ -56,6 +56,8 @@ class ConsoleChannel:
         self._write = write
         self._next_pin = 1
         self._pictures_dir = console.pictures_dir or bot.config.data_dir / "pictures"
+        self._last_answer = ""  # the id of the last answer printed: /good and /bad rate it
+        self._prompt: FeedbackPrompt | None = None  # a 👎's questions, while they are being answered
 
     async def start(self) -> None:
         """Greets the person. A channel without sources gets the bundled sample (when
@@ -85,7 +87,11 @@ class ConsoleChannel:
             )
 
     async def handle_line(self, line: str) -> bool:
-        """Handles one typed line; False once the person asked to quit."""
+        """Handles one typed line; False once the person asked to quit. While a 👎's prompt
+        is open, the line answers its question instead."""
+        if self._prompt is not None:
+            await self._answer_prompt(line)
+            return True
         context = translate.LineContext(self.key, self.person, self._next_pin, self._max_upload_bytes())
         # In a worker thread: /upload reads a file, which may be large or slow.
         event = await asyncio.to_thread(translate.parse_line, line, context)
@@ -95,6 +101,9 @@ class ConsoleChannel:
             return False
         if isinstance(event, translate.Notice):
             self._write(event.text)
+            return True
+        if isinstance(event, translate.Rate):
+            await self._rate(event.up)
             return True
         if isinstance(event, Pin):
             self._next_pin += 1
@@ -106,8 +115,36 @@ class ConsoleChannel:
             self._write(translate.CONSOLE_HELP)
         return True
 
+    async def _rate(self, up: bool) -> None:
+        """/good votes 👍 on the last answer; /bad opens the feedback prompt (a 👎's form)."""
+        if not self._last_answer:
+            self._write("There is no answer to rate yet: ask a question first.")
+        elif up:
+            await self.bot.handler.handle(Vote(self.key, self.person, self._last_answer, up=True), self.send)
+        else:
+            self._prompt = FeedbackPrompt(self._last_answer)
+            self._write(FeedbackPrompt.ASK_REASON)
+
+    async def _answer_prompt(self, line: str) -> None:
+        """One answer to the open 👎 prompt: the reason, then the right answer (blank: none),
+        after which the feedback goes to the bot."""
+        assert self._prompt is not None
+        if self._prompt.reason is None:
+            self._prompt.reason = line.strip()
+            self._write(FeedbackPrompt.ASK_CORRECTION)
+            return
+        prompt, self._prompt = self._prompt, None
+        feedback = Feedback(self.key, self.person, prompt.answer_id, prompt.reason or "", line.strip())
+        await self.bot.handler.handle(feedback, self.send)
+
+    def remember(self, reply: Reply) -> None:
+        """Notes the id of an answer printed, for /good and /bad."""
+        if reply.answer_id:
+            self._last_answer = reply.answer_id
+
     async def send(self, reply: Reply) -> None:
         """Writes a reply; its attachments (the tree picture) are saved as files first."""
+        self.remember(reply)
         for attachment in reply.attachments:
             path = await asyncio.to_thread(self._save, attachment)
             self._write(translate.picture_notice(path))
@@ -155,6 +192,17 @@ class ConsoleChannel:
         return self.bot.max_upload_bytes
 
 
+class FeedbackPrompt:
+    """The console's form of a 👎: what was wrong, then (optionally) the right answer."""
+
+    ASK_REASON = "What was wrong with that answer? (one line; Enter to skip)"
+    ASK_CORRECTION = "What is the right answer? (one line; Enter to skip)"
+
+    def __init__(self, answer_id: str) -> None:
+        self.answer_id = answer_id
+        self.reason: str | None = None
+
+
 class ConsoleSend:
     """The console's ``send`` that can also print an answer as it is written (a
     :class:`~bot.neutral.DraftingSend`)."""
@@ -192,6 +240,7 @@ class ConsoleDraft:
         if not self._shown:
             await self._channel.send(reply)
             return
+        self._channel.remember(reply)
         rendered = translate.render_reply(reply)
         if rendered.startswith(self._shown) and not reply.attachments:
             self._write_partial(rendered[len(self._shown):] + "\n")

@@ -47,6 +47,8 @@ In this terminal, also:
   /upload PATH   add a file ({FILE_TYPES}) as a source
   /pin TEXT      add a short note as a source, as if a message were pinned
   /unpin ID      remove a pinned note (its console-pin id) or a source (its id)
+  /good          👍 the last answer
+  /bad           👎 the last answer: asks what was wrong and, optionally, the right answer
   /quit          leave (Ctrl-D works too)
 Anything else you type is a question."""
 
@@ -54,6 +56,13 @@ Anything else you type is a question."""
 @dataclass(frozen=True, slots=True)
 class Quit:
     """The person asked to leave."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """The person rates the last answer: 👍 (``up``) or 👎 (which opens the feedback prompt)."""
+
+    up: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +84,7 @@ class LineContext:
     max_upload_bytes: int
 
 
-def parse_line(line: str, context: LineContext) -> Event | Quit | Notice | None:
+def parse_line(line: str, context: LineContext) -> Event | Quit | Notice | Rate | None:
     """The event a typed line stands for; None for a blank line. See the module docstring."""
     text = line.strip()
     if not text:
@@ -87,6 +96,8 @@ def parse_line(line: str, context: LineContext) -> Event | Quit | Notice | None:
     name, argument = parse_command(text)
     if name in QUIT_WORDS:
         return Quit()
+    if name in ("good", "bad"):
+        return Rate(up=name == "good")
     if name == "upload":
         return read_upload(argument, context) if argument else Notice("Usage: /upload PATH")
     if name == "pin":

@@ -73,6 +73,10 @@ def command_group(client: InteractionHandling, name: str) -> app_commands.Group:
     async def tree(interaction: discord.Interaction) -> None:
         await client.run_command(interaction, commands.TREE)
 
+    @group.command(name=commands.FEEDBACK, description=_help(commands.FEEDBACK))
+    async def feedback(interaction: discord.Interaction) -> None:
+        await client.run_command(interaction, commands.FEEDBACK)
+
     @group.command(name=commands.HELP, description=_help(commands.HELP))
     async def help_(interaction: discord.Interaction) -> None:
         await client.run_command(interaction, commands.HELP)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
-from bot.texts.words import node_kind
-from raptor_engine import Answer, Citation, Hit
+from bot.texts.words import count, node_kind, when
+from raptor_engine import Answer, AnswerRecord, Citation, Hit, IngestResult
 
 NO_MATERIAL = "This channel has no material yet: upload a file or pin a message, then ask again."
 EMPTY_QUESTION = "Ask me a question about this channel's material, or type help for the commands."
@@ -86,3 +86,40 @@ def ask_your_own_text(channel: str) -> str:
 def vote_text(up: bool, ups: int, downs: int) -> str:
     """Thanks for a vote, with the answer's tally."""
     return f"Thanks, your {'👍' if up else '👎'} is recorded (this answer: {ups} 👍, {downs} 👎)."
+
+
+FEEDBACK_SHOWN = 10  # the newest 👎 and unanswered questions `feedback` lists, each
+
+
+def feedback_text(correction_kept: bool | None = None, added: IngestResult | None = None) -> str:
+    """Thanks for a 👎's form, and what became of the right answer given in it, if any."""
+    thanks = "Thanks, your feedback is stored with the question and the answer."
+    if correction_kept is None:
+        return thanks
+    if not correction_kept:
+        return thanks + " Only a channel admin's right answer becomes a source; a channel admin can add it."
+    assert added is not None
+    if added.duplicate:
+        return thanks + f" That right answer is already a source of this channel (“{added.source.title}”)."
+    return (thanks + f" Your right answer is a source of this channel now (“{added.source.title}”): "
+            "I answer from it, and cite it, from the next question on.")
+
+
+def feedback_report_text(answers: Sequence[AnswerRecord], shown: int = FEEDBACK_SHOWN) -> str:
+    """The channel's coverage gaps for its admins: the newest answers voted 👎, with what
+    people said was wrong, and the newest questions the material did not answer."""
+    downs = [a for a in answers if a.downs][-shown:]
+    missed = [a for a in answers if not a.found][-shown:]
+    lines = [f"👎 on {count(len(downs), 'answer')} (newest last):" if downs else "No answer has a 👎."]
+    for record in downs:
+        lines.append(f"• “{_clip(record.question)}” ({record.ups} 👍, {record.downs} 👎, {when(record.answered_at)})")
+        lines += [f"    – {_clip(reason)}" for reason in record.reasons.values() if reason]
+    lines.append(f"Questions I could not answer ({len(missed)}, newest last):" if missed
+                 else "Every question asked here found an answer in the material.")
+    lines += [f"• “{_clip(record.question)}” ({when(record.answered_at)})" for record in missed]
+    return "\n".join(lines)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

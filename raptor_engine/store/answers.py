@@ -1,7 +1,8 @@
 """Kept answers: each answer given, with its question, citations and votes.
 
 Contract: ``rc-<digest>-answers`` holds one record per answer, id the answer's id, its text
-under ``TEXT_KEY``, the question, asker, time and votes (JSON) in its metadata, and the ids of
+under ``TEXT_KEY``, the question, asker, time, votes and reasons (JSON) and whether it was
+found in its metadata (answers kept before those fields read as found, without reasons), and the ids of
 the sources it cites under ``sources`` (left out when none: Chroma refuses empty lists).
 Answers quote their sources, so forgetting a source deletes the answers citing it. Only the
 newest are kept (:meth:`Answers.prune`).
@@ -33,6 +34,8 @@ class Answers:
             "asked_by": record.asked_by,
             "answered_at": record.answered_at,
             "votes": json.dumps(record.votes, sort_keys=True),
+            "found": record.found,
+            "reasons": json.dumps(record.reasons, sort_keys=True),
             # Orders answers kept within one second (answered_at has seconds) for pruning.
             "kept_ns": time.time_ns(),
             TEXT_KEY: record.text,
@@ -82,5 +85,7 @@ class Answers:
 def _answer_from(answer_id: str, document: str | None, metadata: dict[str, Any] | None) -> AnswerRecord:
     meta = metadata or {}
     votes = {str(k): int(v) for k, v in json.loads(str(meta.get("votes", "{}"))).items()}
+    reasons = {str(k): str(v) for k, v in json.loads(str(meta.get("reasons", "{}"))).items()}
     return AnswerRecord(answer_id, str(meta.get("question", "")), _text_of(document, meta), str(meta.get("asked_by", "")),
-                        str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes)
+                        str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes,
+                        found=bool(meta.get("found", True)), reasons=reasons)

@@ -21,7 +21,7 @@ from bot.commands import may_manage, parse_command
 from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
 from bot.handler import ChatHandler, retrieval_query
 from bot.ingestion import pin_title
-from bot.neutral import Command, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
+from bot.neutral import Command, Feedback, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
 from bot.schedule_status import ScheduleStatus
 from bot.scheduler import RebuildScheduler
 from raptor_engine.engine import Engine
@@ -220,6 +220,43 @@ def test_an_edit_updates_a_pinned_source_and_leaves_other_messages_alone(
 
         removed = await s.do(Unpin(channel, GUEST, "m1"))  # the pinner may still unpin it
         assert removed.text.startswith("Removed “Ana: Deploys are frozen on Thursdays")
+
+    run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_feedback_is_stored_and_an_admins_right_answer_is_cited_next_time(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    question = "When are deploys frozen?"
+    right = "Deploys are frozen from Thursday evening until Monday morning, since the March change."
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        first = await s.do(Question(channel, GUEST, question))
+        assert first.answer_id and "Correction" not in " ".join(c.title for c in first.citations)
+
+        stored = await s.do(Feedback(channel, GUEST, first.answer_id, "It misses the March change.", right))
+        assert stored.private and "Only a channel admin's right answer becomes a source" in stored.text
+        assert [src.kind for src in engine.sources(channel)] == [SourceKind.MESSAGE]  # a guest's correction: kept out
+        (record,) = engine.answers(channel)
+        assert record.reasons == {GUEST.id: "It misses the March change."} and record.downs == 1
+
+        added = await s.do(Feedback(channel, ADMIN, first.answer_id, "Outdated.", right))
+        assert added.private and "is a source of this channel now" in added.text
+        correction = next(src for src in engine.sources(channel) if src.kind is SourceKind.CORRECTION)
+        assert correction.title == f"Correction: {question}" and "Admin" in correction.added_by
+        again = await s.do(Question(channel, GUEST, question))
+        assert any(c.title == f"Correction: {question}" for c in again.citations), again.citations
+        assert "Thursday evening" in again.text
+
+        missed = await s.do(Question(channel, GUEST, "Which colour is the ledger service's logo?"))
+        refused = await s.do(s.command(GUEST, "feedback"))
+        assert refused.kind is ReplyKind.ERROR
+        report = await s.do(s.command(ADMIN, "feedback"))
+        assert f"“{question}” (0 👍, 2 👎" in report.text, report.text
+        assert "– It misses the March change." in report.text and "– Outdated." in report.text
+        assert not missed.citations  # nothing in the material: a coverage gap, listed as such
+        assert "Which colour is the ledger service's logo?" in report.text.split("could not answer", 1)[1]
 
     run(engine, make_config(tmp_path, channel), channel, body)
 

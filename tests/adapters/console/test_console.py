@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from adapters.console.app import ConsoleChannel
+from adapters.console.app import ConsoleChannel, FeedbackPrompt
 from adapters.console.translate import LineContext, Notice, Quit, parse_line, render_reply
 from bot.cli import main
 from bot.config import Config, ConsoleConfig
@@ -87,6 +87,34 @@ def with_bot(engine: Engine, config: Config, body: Callable[[Assistant], Awaitab
 def citations(text: str) -> list[tuple[str, str, str]]:
     """(kind, title, node id) of each citation line printed under an answer."""
     return [(m.group(2).split(" ")[0], m.group(4), m.group(5)) for m in CITATION.finditer(text)]
+
+
+def test_bad_asks_what_was_wrong_and_the_right_answer_then_cites_it(engine: Engine, tmp_path: Path) -> None:
+    terminal = Terminal()
+    question = "How long does the on-call rotation last?"
+
+    async def body(bot: Assistant) -> None:
+        console = ConsoleChannel(bot, terminal.write)
+        await console.start()
+        await console.handle_line("/bad")
+        assert "no answer to rate yet" in terminal.take()
+        await console.handle_line(f"/upload {SAMPLE}")
+        await console.handle_line(question)
+        terminal.take()
+        await console.handle_line("/good")
+        assert "your 👍 is recorded" in terminal.take()
+        await console.handle_line("/bad")
+        assert FeedbackPrompt.ASK_REASON in terminal.take()
+        await console.handle_line("It does not say when the rotation starts.")  # not a question: the prompt's
+        assert FeedbackPrompt.ASK_CORRECTION in terminal.take()
+        await console.handle_line("One week, starting every Monday at ten in the morning.")
+        assert "is a source of this channel now" in terminal.take()  # the person at the console is an admin
+        (record,) = engine.answers(console.key)
+        assert record.reasons == {console.person.id: "It does not say when the rotation starts."}
+        await console.handle_line(question)
+        assert f"Correction: {question}" in terminal.take()
+
+    with_bot(engine, console_config(tmp_path), body)
 
 
 def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> None:
