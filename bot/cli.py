@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TextIO
 # imports (scikit-learn, Chroma, the model: seconds), so that the two overlap.
 from bot.config import Config, load_config
 from bot.errors import BotError, explain
-from raptor_engine import BuildReport, ChannelKey, Hit, RaptorError, RetrievalMode
+from raptor_engine import AnswerRecord, BuildReport, ChannelKey, Hit, RaptorError, RetrievalMode
 
 if TYPE_CHECKING:
     from bot.data_lock import DataLock
@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
         sub.set_defaults(command=name)  # an alias runs the command it stands for
         if name not in ("demo", SERVE, WORKER):
-            sub.add_argument("--channel", required=True, help="the channel's name")
+            sub.add_argument("--channel", required=True,
+                             help="the channel's name, or a chat channel's key: platform/workspace/channel "
+                                  "(e.g. slack/T0123/C0456, as `status` and the logs name it)")
         return sub
 
     serve = command(SERVE, "serve the bot until stopped: on Slack and Discord when configured, "
@@ -82,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("inspect", "tree statistics, or one node").add_argument("--node", help="a node id")
     command("sources", "list the channel's sources")
     command("forget", "remove a source and all built from it").add_argument("source", help="source id (or prefix)")
+    command("questions", "print the channel's 👍 answers as a question set: one JSON object per line "
+                         "(question, answer, its sources), for checking a rebuild before it is served")
     command("demo", "ingest the bundled sample and answer a question about it")
     return parser
 
@@ -151,7 +155,7 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     from bot.composition import build_engine  # heavy: only once arguments are valid
 
     engine = build_engine(config, clusters_soon=args.command in CLUSTERING)
-    channel = ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, getattr(args, "channel", "demo"))
+    channel = channel_key(getattr(args, "channel", "demo"))
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
     if args.command == "rebuild":
@@ -166,9 +170,32 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
         print(replies.sources_text(engine.sources(channel)), file=stdout)
     elif args.command == "forget":
         print(replies.forgot_text(engine.forget(channel, args.source)), file=stdout)
+    elif args.command == "questions":
+        for line in question_set(engine.answers(channel)):
+            print(line, file=stdout)
     elif args.command == "demo":
         _demo(engine, channel, stdout)
     return 0
+
+
+def channel_key(text: str) -> ChannelKey:
+    """A command line's ``--channel``: a chat channel's full key (``platform/workspace/channel``),
+    or a plain name, which is a channel of the command line's own."""
+    parts = text.split("/")
+    if len(parts) == 3 and all(parts):
+        return ChannelKey(*parts)
+    return ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, text)
+
+
+def question_set(answers: Iterable[AnswerRecord]) -> list[str]:
+    """The kept answers people found right (more 👍 than 👎, and found in the material) as
+    JSON lines, oldest first: the question, the answer, the sources it cited, its votes."""
+    return [
+        json.dumps({"question": a.question, "answer": a.text, "source_ids": list(a.source_ids),
+                    "answer_id": a.answer_id, "answered_at": a.answered_at, "ups": a.ups, "downs": a.downs},
+                   ensure_ascii=False)
+        for a in answers if a.found and a.ups > a.downs
+    ]
 
 
 def _inspect(engine: Engine, channel: ChannelKey, node_id: str | None) -> str:

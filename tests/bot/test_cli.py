@@ -196,3 +196,23 @@ def test_the_console_chat_prints_a_model_answer_as_it_is_written(tmp_path: Path)
     assert "carries the pager for a week and watches the alerts channel [1]." in printed
     pieces = [w for w in out.writes if w and w in stub.answer_text]
     assert len(pieces) >= 3, out.writes  # word by word, not one finished line
+
+
+def test_the_question_set_holds_the_answers_people_found_right(tmp_path: Path) -> None:
+    from bot.cli import channel_key, question_set
+    from raptor_engine import AnswerRecord, ChannelKey
+
+    def record(answer_id: str, votes: dict[str, int], found: bool = True) -> AnswerRecord:
+        return AnswerRecord(answer_id, f"question {answer_id}?", f"answer {answer_id}", "Ana", "2026-12-04T10:00:00Z",
+                            ("s1",), votes, found=found)
+
+    kept = [record("a", {"u1": 1}), record("b", {"u1": 1, "u2": -1}), record("c", {"u1": -1}),
+            record("d", {"u1": 1}, found=False), record("e", {"u1": 1, "u2": 1, "u3": -1})]
+    lines = [json.loads(line) for line in question_set(kept)]
+    assert [line["answer_id"] for line in lines] == ["a", "e"]
+    assert lines[0] == {"question": "question a?", "answer": "answer a", "source_ids": ["s1"], "answer_id": "a",
+                        "answered_at": "2026-12-04T10:00:00Z", "ups": 1, "downs": 0}
+    assert channel_key("slack/T1/C9") == ChannelKey("slack", "T1", "C9")
+    assert channel_key("team") == ChannelKey("cli", "local", "team")
+    code, out = run("--data-dir", str(tmp_path / "data"), "questions", "--channel", "slack/T1/C9")
+    assert code == 0 and out == ""  # no answers kept there: an empty set, not an error
