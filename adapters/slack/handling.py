@@ -21,7 +21,12 @@
   and gives the neutral event to ``bot.handler.handle`` with a ``send`` that posts
   Block Kit messages (:mod:`adapters.slack.blocks`) and can show a language model's
   answer while it is written (:class:`~adapters.slack.web.SlackDraft`: Slack's native
-  streaming in the thread, or paced ``chat.update`` edits where streaming is refused).
+  streaming in the thread, or paced ``chat.update`` edits where streaming is refused);
+* a 👎 on an answer opens the feedback form (:mod:`adapters.slack.feedback_form`) with
+  ``views.open`` in a task of its own that waits for no slot (the click's ``trigger_id``
+  expires 3 s after the click), and is recorded as a vote as before, so a dismissed form
+  still counts the 👎; the form's submission becomes a :class:`~bot.neutral.Feedback`,
+  whose private reply is an ephemeral message in the answer's thread.
 
 Nothing fails silently: the handler turns its failures into ERROR replies with a
 reference; failures here (Slack refusing a call, a download) are logged under a
@@ -133,19 +138,27 @@ class SlackAdapter:
         self.spawn(self._command(body), "slack command")
 
     def on_action(self, body: Mapping[str, Any]) -> None:
+        answer_id = translate.down_vote(body)
+        if answer_id:
+            # First, and without waiting for a slot: the trigger_id is good for 3 s after the click.
+            self.spawn(self._open_feedback_form(body, answer_id), "slack feedback form", urgent=True)
         self.spawn(self._action(body), "slack action")
+
+    def on_view(self, body: Mapping[str, Any]) -> None:
+        self.spawn(self._view(body), "slack view submission")
 
     # -- background tasks ---------------------------------------------------------------
 
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Runs ``work`` in a task kept until it ends (so it is neither collected nor lost at stop)."""
-        task = asyncio.get_running_loop().create_task(self._bounded(work), name=name)
+    def spawn(self, work: Coroutine[Any, Any, None], name: str, *, urgent: bool = False) -> None:
+        """Runs ``work`` in a task kept until it ends (so it is neither collected nor lost at stop).
+        ``urgent`` work (one quick call that must happen within seconds) takes no slot."""
+        task = asyncio.get_running_loop().create_task(self._bounded(work, urgent), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _bounded(self, work: Coroutine[Any, Any, None]) -> None:
+    async def _bounded(self, work: Coroutine[Any, Any, None], urgent: bool = False) -> None:
         try:
-            async with self._slots:
+            async with nullcontext() if urgent else self._slots:
                 await work
         except asyncio.CancelledError:
             raise
@@ -383,3 +396,44 @@ class SlackAdapter:
                 log.debug("a click in %s carries nothing for the bot", origin.channel)
                 return
             await self._handle(event, target)
+
+    # -- the feedback form a 👎 opens -------------------------------------------------------
+
+    async def _open_feedback_form(self, body: Mapping[str, Any], answer_id: str) -> None:
+        """Opens the feedback form about ``answer_id`` for the person who clicked 👎. Nothing
+        slow comes before ``views.open`` (the trigger expires 3 s after the click); a refusal
+        is logged under a reference and the person told (their 👎 is recorded anyway)."""
+        origin = translate.action_origin(body)
+        trigger = str(body.get("trigger_id") or "")
+        view = translate.feedback_view(origin, answer_id)
+        if not trigger or view is None:
+            log.warning("a 👎 on answer %s in %s opens no feedback form: %s", answer_id[:80], origin.channel,
+                        "no trigger_id" if not trigger else "its metadata is over Slack's limit")
+            return
+        try:
+            await self.client.views_open(trigger_id=trigger, view=view)
+        except slack_web.TRANSPORT_ERRORS as exc:
+            code, reference = slack_web.error_code(exc), new_reference()
+            log.warning("opening the feedback form on answer %s in %s failed: %s (reference %s)",
+                        answer_id, origin.channel, code, reference)
+            target = Target(origin.channel, origin.user, thread=origin.thread_ts,
+                            response_url=str(body.get("response_url") or ""))
+            await self.outbox.note(target, origin.thread_ts,
+                                   translate.api_failure_text(code, reference, "open the feedback form"))
+
+    async def _view(self, body: Mapping[str, Any]) -> None:
+        """A submitted feedback form, given to the handler as a ``Feedback`` (its reply, private,
+        goes to the person as an ephemeral message in the answer's thread). A form that cannot
+        be read is dropped with a log line."""
+        form = translate.submission(body)
+        if form is None:
+            view = body.get("view")
+            callback = view.get("callback_id") if isinstance(view, Mapping) else None
+            log.warning("a view submission (callback %r) that is no readable feedback form was dropped",
+                        str(callback)[:80])
+            return
+        origin = form.origin
+        target = Target(origin.channel, origin.user, thread=origin.thread_ts)
+        async with self._reporting(target, "feedback"):
+            person = await self.people.get(origin.user)
+            await self._handle(translate.feedback(form, person), target)

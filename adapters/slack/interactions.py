@@ -3,6 +3,8 @@
 Contract: every action id of ours starts with :data:`ACTION_PREFIX` (the app listens to
 that prefix only); a button's value carries all it needs (a node id, an answer id), so a
 click works after a restart. Anything else (another app's action, no value) gives None.
+A 👎 is a :class:`Vote` like a 👍, and also opens the feedback form (:func:`down_vote`
+tells which answer; the form itself is :mod:`adapters.slack.feedback_form`).
 """
 
 from __future__ import annotations
@@ -58,3 +60,16 @@ def action_event(body: Payload, person: Person) -> Command | Vote | None:
         if action_id in (ACTION_VOTE_UP, ACTION_VOTE_DOWN):
             return Vote(origin.key, person, value, up=action_id == ACTION_VOTE_UP)
     return None
+
+
+def down_vote(body: Payload) -> str:
+    """The answer id of a 👎 click in ``body`` (the answer its feedback form is about); empty
+    for any other click, or one without a value or a channel (which :func:`action_event`
+    ignores too)."""
+    if not action_origin(body).channel:
+        return ""
+    for raw in as_list(body.get("actions")):
+        action = as_mapping(raw)
+        if as_text(action.get("action_id")) == ACTION_VOTE_DOWN:
+            return as_text(action.get("value")).strip()
+    return ""

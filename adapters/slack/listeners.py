@@ -9,8 +9,9 @@ How a request reaches the adapter (:func:`build_app` wires it):
    and drops an Events API delivery seen already, by this replica or another (Slack's
    retries, told by ``X-Slack-Retry-Num``), with a bare 200;
 3. the listener acknowledges at once (bolt acks events before the listener runs;
-   slash commands and clicks call ``ack()`` first) and hands the payload to the
-   adapter, which starts a background task and returns.
+   slash commands, clicks and form submissions call ``ack()`` first — an empty
+   acknowledgement of a ``view_submission`` closes the modal) and hands the payload to
+   the adapter, which starts a background task and returns.
 
 The signing secret comes only from :class:`~bot.config.SlackConfig`: bolt is given it
 explicitly (empty in Socket Mode), so its environment fallback never applies.
@@ -88,9 +89,15 @@ def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
         await ack()
         adapter.on_action(body)
 
+    async def on_view(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
+        await ack()  # closes the modal at once; the adapter drops (and logs) a submission it cannot read
+        adapter.on_view(body)
+
     app.middleware(drop_repeats)
     for event_type in ("app_mention", "message", "file_shared", "pin_added", "pin_removed"):
         app.event(event_type)(on_event)
     app.command(config.command)(on_command)
     app.action(re.compile(f"^{re.escape(translate.ACTION_PREFIX)}"))(on_action)
+    # Every view_submission of ours (callback ids share the prefix): an unknown one is acknowledged and logged.
+    app.view(re.compile(f"^{re.escape(translate.ACTION_PREFIX)}"))(on_view)
     return app

@@ -14,7 +14,9 @@ re-exported here unchanged:
 * :mod:`adapters.slack.threads` — reading a thread: whether the bot answered there
   (:data:`ANSWER_BLOCK`), a follow-up's context, a pinned thread;
 * :mod:`adapters.slack.interactions` — slash commands and button clicks
-  (:func:`command`, :func:`action_event`);
+  (:func:`command`, :func:`action_event`, :func:`down_vote`);
+* :mod:`adapters.slack.feedback_form` — the form a 👎 opens (:func:`feedback_view`) and its
+  submission (:func:`submission`, :func:`feedback`);
 * :mod:`adapters.slack.files` — :class:`SlackFile`, :func:`upload`, Slack's sign-in page;
 * :mod:`adapters.slack.failures` — what people read when Slack itself fails.
 
@@ -40,6 +42,7 @@ from adapters.slack.events import (
     unpin,
 )
 from adapters.slack.failures import api_failure_text, download_failure_text, posting_failure_text
+from adapters.slack.feedback_form import CALLBACK_FEEDBACK, Submission, feedback, feedback_view, submission
 from adapters.slack.files import LOGIN_PAGE_PROBLEM, SlackFile, is_login_page, slack_file, upload
 from adapters.slack.interactions import (
     ACTION_NODE,
@@ -49,6 +52,7 @@ from adapters.slack.interactions import (
     action_event,
     action_origin,
     command,
+    down_vote,
     slash_origin,
 )
 from adapters.slack.payload import (
@@ -75,12 +79,12 @@ from adapters.slack.threads import (
 )
 
 __all__ = [
-    "ACTION_NODE", "ACTION_PREFIX", "ACTION_VOTE_DOWN", "ACTION_VOTE_UP", "ANSWER_BLOCK", "LOGIN_PAGE_PROBLEM",
+    "ACTION_NODE", "ACTION_PREFIX", "CALLBACK_FEEDBACK", "ACTION_VOTE_DOWN", "ACTION_VOTE_UP", "ANSWER_BLOCK", "LOGIN_PAGE_PROBLEM",
     "MAX_CONTEXT_MESSAGES", "PLATFORM", "QUESTION_BLOCK", "WORKING_REACTION",
     "Arrival", "Asked", "BotIdentity", "FileNotice", "FilesShared", "FollowUp", "Ignored", "Origin", "Payload",
-    "Pinned", "SlackFile", "Unpinned",
+    "Pinned", "SlackFile", "Submission", "Unpinned",
     "action_event", "action_origin", "api_failure_text", "bot_answered", "channel_key", "classify_event", "command",
-    "context_text", "download_failure_text", "is_bot_message", "is_login_page", "mentions", "message_external_id",
+    "context_text", "down_vote", "download_failure_text", "feedback", "feedback_view", "is_bot_message", "is_login_page", "mentions", "message_external_id",
     "person_from_user", "pin", "pinned_thread", "plain_text", "posting_failure_text", "question", "slack_file",
-    "slash_origin", "thread_context", "unpin", "upload",
+    "slash_origin", "submission", "thread_context", "unpin", "upload",
 ]
