@@ -8,6 +8,13 @@ Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.
 * the buttons (a summary's node, 👍/👎) carry all they need in their custom ids and
   are handled in ``on_interaction``, so they keep working after a restart; their
   replies are shown to the presser only;
+* 👎 is answered with the feedback form (a modal; it must be the interaction's first
+  response, so nothing is deferred before it), then the 👎 is recorded, whether or not
+  the form is ever submitted (the vote's own thanks is not shown: a modal leaves no
+  message to follow up). The form's submission is a MODAL_SUBMIT interaction, handled
+  statelessly in ``on_interaction`` too: its custom id carries the answer id (see
+  :mod:`adapters.discord_bot.feedback_form` for why), so any front-end answers it,
+  privately; a malformed one is logged and dropped;
 * where the bot is not enabled, the person is told so privately (Discord would
   otherwise say "the application did not respond");
 * who may manage a channel is Discord's own answer: Manage Messages as resolved for
@@ -15,7 +22,7 @@ Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.
 * each interaction is handled by one front-end only, the first to claim
   ``discord:interaction:<id>`` in the bot's delivery ledger: slash commands and
   autocomplete in the command tree (:class:`~adapters.discord_bot.lifecycle.OnceCommandTree`),
-  button presses here.
+  button presses and form submissions here.
 """
 
 from __future__ import annotations
@@ -29,11 +36,12 @@ from typing import Any
 import discord
 from discord import app_commands
 
-from adapters.discord_bot import render, translate
+from adapters.discord_bot import feedback_form, render, translate
 from adapters.discord_bot.lifecycle import ClientCore, interaction_key
 from adapters.discord_bot.sending import InteractionSend
 from adapters.discord_bot.translate import Place
-from bot.neutral import Command
+from bot.errors import log_failure
+from bot.neutral import Command, Reply, ReplyKind
 from bot.replies import source_choice_text
 
 log = logging.getLogger(__name__)
@@ -66,7 +74,11 @@ class InteractionHandling(ClientCore):
                 await send.finish()
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        """Presses on the bot's buttons (component interactions); slash commands go through the tree."""
+        """Presses on the bot's buttons (component interactions) and submissions of its feedback
+        form (modal submits); slash commands go through the tree."""
+        if interaction.type is discord.InteractionType.modal_submit:
+            await self._form_submitted(interaction)
+            return
         if interaction.type is not discord.InteractionType.component:
             return
         data: Mapping[str, Any] = interaction.data or {}
@@ -80,6 +92,11 @@ class InteractionHandling(ClientCore):
             if not self.scope.allows(place):
                 await _refuse_here(interaction)
                 return
+            if isinstance(action, translate.CastVote) and not action.up:
+                form = feedback_form.form_for(action.answer_id)
+                if form is not None:  # always, as the form's id is shorter than the button's
+                    await self._open_form(interaction, form, action, place)
+                    return
             send = InteractionSend(self, interaction, always_private=True)
             # Opening a node takes a moment: show "thinking". A vote is silent until the handler speaks.
             if not await send.defer(thinking=isinstance(action, translate.OpenNode), ephemeral=True):
@@ -90,6 +107,53 @@ class InteractionHandling(ClientCore):
                 await self.raptor.handler.handle(translate.button_event(action, place, person), send)
             except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                 await self._failed("handling a button press", send)
+            finally:
+                await send.finish()
+
+    async def _open_form(self, interaction: discord.Interaction, form: discord.ui.Modal,
+                         vote: translate.CastVote, place: Place) -> None:
+        """A 👎: answers the press with the feedback form, then records the 👎 (a form
+        dismissed unsubmitted still counts it). Never raises: a failure is logged."""
+        try:
+            # The modal is the acknowledgement: Discord accepts one only as the first response.
+            await interaction.response.send_modal(form)
+        except Exception:  # noqa: BLE001 (logged with a reference; the 👎 is still recorded)
+            log_failure(log, "opening the feedback form for interaction %s failed (reference %s)", interaction.id)
+        else:
+            self._count_ack(interaction)
+        person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+        try:
+            await self.raptor.handler.handle(translate.button_event(vote, place, person), _not_shown)
+        except Exception:  # noqa: BLE001 (logged with a reference; the form is open already)
+            log_failure(log, "recording the 👎 of interaction %s failed (reference %s)", interaction.id)
+
+    async def _form_submitted(self, interaction: discord.Interaction) -> None:
+        """A submitted feedback form: a :class:`~bot.neutral.Feedback` for the handler, answered
+        privately after a "thinking" defer (a right answer is ingested before the reply). One
+        that is not well formed is logged and dropped; a modal that is not the bot's is ignored."""
+        data: Mapping[str, Any] = interaction.data or {}
+        custom_id = data.get("custom_id")
+        if not isinstance(custom_id, str) or not feedback_form.is_form_custom_id(custom_id):
+            return
+        if not await self.raptor.first_delivery(interaction_key(interaction)):
+            return  # another front-end answers it (and logs it, if it is garbled)
+        with self._tracked():
+            submission = feedback_form.read_submission(data)
+            if submission is None:
+                return
+            place = interaction_place(interaction)
+            if not self.scope.allows(place):
+                await _refuse_here(interaction)
+                return
+            send = InteractionSend(self, interaction, always_private=True)
+            if not await send.defer(thinking=True, ephemeral=True):
+                return
+            self._count_ack(interaction)
+            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+            try:
+                await self.raptor.handler.handle(feedback_form.feedback_event(submission, place, person), send)
+            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+                await self._failed("handling a feedback form", send)
             finally:
                 await send.finish()
 
@@ -133,6 +197,14 @@ def interaction_manager(interaction: discord.Interaction, place: Place) -> bool:
     """Manage Messages in the channel, as Discord resolved it for the interaction. In a DM
     the person is the only one there, so the channel is theirs to manage."""
     return place.guild_id is None or interaction.permissions.manage_messages
+
+
+async def _not_shown(reply: Reply) -> None:
+    """The ``send`` of a 👎 answered with the form: the handler's word on the vote is not
+    shown (the modal left no message to follow up; the form's submission is thanked). An
+    error is logged where an operator sees it: the person learns of it only if they submit."""
+    level = logging.WARNING if reply.kind is ReplyKind.ERROR else logging.DEBUG
+    log.log(level, "not shown after the feedback form: %s %.120r", reply.kind.value, reply.text)
 
 
 async def _refuse_here(interaction: discord.Interaction) -> None:
