@@ -26,6 +26,10 @@ What it models, because the bot depends on it:
   3 s or 40060 when answered twice), follow-ups, and the rule that the first
   follow-up after a "thinking" defer edits the deferred message and inherits
   its ephemerality, unless that message was deleted;
+* modals: the modal response (callback type 9, checked against Discord's limits and
+  refused to a modal submit; recorded as :attr:`Interaction.modal`) and the MODAL_SUBMIT
+  interaction (type 5) of a shown modal (:meth:`FakeDiscord.submit`) or of any data
+  (:meth:`FakeDiscord.submit_modal`);
 * failures on demand (:meth:`FakeDiscord.fail_next`).
 
 Every REST request is recorded as a :class:`Call` with the time it arrived
@@ -94,6 +98,14 @@ ACTION_ROWS = 5
 ROW_WIDTH = 5
 CUSTOM_ID = 100
 BUTTON_LABEL = 80
+MODAL_TITLE = 45  # a modal's title, and a text input's label
+MODAL_ROWS = 5
+TEXT_INPUT_VALUE = 4000
+
+# Interaction types, and the callback type of a modal response.
+COMPONENT_INTERACTION = 3
+MODAL_SUBMIT = 5
+MODAL_CALLBACK = 9
 
 _ids = itertools.count(1)
 
@@ -323,6 +335,17 @@ def button_data(custom_id: str) -> dict[str, Any]:
     return {"custom_id": custom_id, "component_type": 2}
 
 
+def modal_submit_data(custom_id: str, values: Mapping[str, str]) -> dict[str, Any]:
+    """``data`` of a MODAL_SUBMIT: one action row per text input, as Discord sends it."""
+    return {
+        "custom_id": custom_id,
+        "components": [
+            {"type": 1, "components": [{"type": 4, "custom_id": input_id, "value": value}]}
+            for input_id, value in values.items()
+        ],
+    }
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -364,6 +387,11 @@ class Interaction:
 
     def texts(self) -> list[str]:
         return [message_text(m) for m in self.messages]
+
+    @property
+    def modal(self) -> dict[str, Any] | None:
+        """The modal the interaction was answered with (custom_id, title, components), if it was."""
+        return self.callback_data if self.callback_type == MODAL_CALLBACK else None
 
 
 @dataclass(slots=True)
@@ -461,6 +489,35 @@ def _component_errors(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if problems:
             errors[str(index)] = problems
     return errors
+
+
+def modal_errors(data: Mapping[str, Any], interaction_kind: int) -> tuple[int, dict[str, Any]] | None:
+    """Discord's answer to a modal response it refuses (to a modal submit, or over its
+    limits), as (status, error body); None if valid."""
+    if interaction_kind == MODAL_SUBMIT:  # a modal cannot answer a modal
+        return 400, {"code": 50035, "message": "Invalid Form Body",
+                     "errors": {"type": {"_errors": [{"code": "BASE_TYPE_CHOICES",
+                                                      "message": "Value must be one of {4, 5, 6, 7, 10, 12}."}]}}}
+    errors: dict[str, Any] = {}
+    for key, limit in (("title", MODAL_TITLE), ("custom_id", CUSTOM_ID)):
+        text = data.get(key) or ""
+        if not text.strip():
+            errors[key] = _required()
+        elif len(text) > limit:
+            errors[key] = _too_long(limit)
+    rows = data.get("components") or []
+    if not rows or len(rows) > MODAL_ROWS:
+        errors["components"] = _required() if not rows else _too_long(MODAL_ROWS)
+    for index, row in enumerate(rows):
+        for position, item in enumerate(row.get("components") or []):
+            bad = {key: _too_long(limit) for key, limit in (("label", MODAL_TITLE), ("custom_id", CUSTOM_ID))
+                   if len(item.get(key) or "") > limit}
+            if int(item.get("max_length") or 0) > TEXT_INPUT_VALUE:
+                bad["max_length"] = _too_long(TEXT_INPUT_VALUE)
+            if bad:
+                errors.setdefault("components", {}).setdefault(str(index), {"components": {}})["components"][
+                    str(position)] = bad
+    return (400, {"code": 50035, "errors": errors, "message": "Invalid Form Body"}) if errors else None
 
 
 def message_errors(body: Mapping[str, Any], files: int = 0) -> tuple[int, dict[str, Any]] | None:
@@ -692,6 +749,23 @@ class FakeDiscord:
     async def click(self, message: Mapping[str, Any], member: Mapping[str, Any], custom_id: str) -> Interaction:
         """``member`` presses the button ``custom_id`` of a message the bot sent."""
         return await self._interact(str(message["channel_id"]), member, 3, button_data(custom_id), message)
+
+    async def submit(self, opened: Interaction, member: Mapping[str, Any], values: Mapping[str, str]) -> Interaction:
+        """``member`` submits the modal ``opened`` was answered with, typing ``values`` (by the
+        text inputs' custom ids; the others are sent empty, as Discord sends them)."""
+        modal = opened.modal
+        if modal is None:
+            raise AssertionError(f"interaction {opened.id} was not answered with a modal")
+        inputs = [item["custom_id"] for row in modal.get("components") or [] for item in row.get("components") or []]
+        unknown = set(values) - set(inputs)
+        if unknown:
+            raise AssertionError(f"the modal has no text input {sorted(unknown)}; it has {inputs}")
+        data = modal_submit_data(modal["custom_id"], {input_id: values.get(input_id, "") for input_id in inputs})
+        return await self.submit_modal(opened.channel_id, member, data)
+
+    async def submit_modal(self, channel_id: str, member: Mapping[str, Any], data: dict[str, Any]) -> Interaction:
+        """A MODAL_SUBMIT interaction carrying ``data`` (see :func:`modal_submit_data`), well formed or not."""
+        return await self._interact(channel_id, member, MODAL_SUBMIT, data)
 
     async def dispatch(self, event: str, data: Any) -> float:
         """Sends one gateway event; returns the ``perf_counter`` time it was sent."""
@@ -1075,6 +1149,10 @@ class FakeDiscord:
         data = body.get("data") or {}
         if kind == 4:
             refused = message_errors(data, len(call.files))
+            if refused:
+                return _json(refused[1], refused[0])
+        if kind == MODAL_CALLBACK:
+            refused = modal_errors(data, record.kind)
             if refused:
                 return _json(refused[1], refused[0])
         record.callback_type, record.callback_at, record.callback_data = kind, call.at, data

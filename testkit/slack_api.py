@@ -6,7 +6,7 @@ adapter meets:
 * the **Web API** under ``/api/`` (``auth.test``, ``apps.connections.open``,
   ``chat.postMessage``/``postEphemeral``/``getPermalink``,
   ``conversations.replies``/``history``/``open``, ``users.info``,
-  ``reactions.add``/``remove``, ``files.info``,
+  ``reactions.add``/``remove``, ``files.info``, ``views.open`` (a modal's basic shape checked),
   ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``,
   and for streamed answers ``chat.startStream``/``appendStream``/``stopStream``,
   ``chat.update`` and ``chat.delete``; :attr:`SlackStandIn.streaming_refusal` refuses
@@ -35,7 +35,7 @@ adapter meets:
 It keeps a small workspace (users, the messages of each conversation,
 files) so that what the bot posts can be read back by ``conversations.replies``
 as on Slack. The helpers ``user_says``, ``share_file``, ``pin``, ``unpin``,
-``slash`` and ``click`` do what a person does and deliver the events Slack
+``slash``, ``click`` and ``submit_view`` do what a person does and deliver the events Slack
 would send for it, over the socket or over HTTP (:attr:`SlackStandIn.mode`).
 
 Nothing here reaches beyond 127.0.0.1.
@@ -354,6 +354,30 @@ class SlackStandIn:
         if problem:
             return {"ok": False, "error": problem}
         return {"message_ts": self.next_ts()}
+
+    def _m_views_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Opens a modal: a ``trigger_id`` is required (Slack: ``invalid_arguments``) and the view
+        must have a modal's basic shape (Slack: ``invalid_arguments`` too); the view, with its
+        new ``id``, is what :meth:`opened_views` reads back from the recorded call."""
+        view = params.get("view")
+        if isinstance(view, str):
+            try:
+                view = json.loads(view)
+            except ValueError:
+                return {"ok": False, "error": "invalid_arguments"}
+        if not params.get("trigger_id") or not isinstance(view, dict) or view_problem(view):
+            return {"ok": False, "error": "invalid_arguments"}
+        return {"view": {**view, "id": f"V{next(self._counter):08d}", "team_id": self.team, "app_id": APP_ID,
+                         "state": {"values": {}}}}
+
+    def opened_views(self) -> list[dict[str, Any]]:
+        """The modals opened so far (``views.open`` calls Slack accepted), oldest first, as sent."""
+        views = []
+        for call in self.calls_of("views.open"):
+            if call.ok:
+                view = call.params["view"]
+                views.append(json.loads(view) if isinstance(view, str) else dict(view))
+        return views
 
     def _check_message(self, params: dict[str, Any]) -> str:
         channel = str(params.get("channel", ""))
@@ -832,6 +856,63 @@ class SlackStandIn:
                          "action_ts": self.next_ts(), "text": {"type": "plain_text", "text": "x"}}],
         }
         return await self.deliver_form("interactive", {"payload": json.dumps(payload)})
+
+    async def submit_view(
+        self, user: str, view: Mapping[str, Any], values: Mapping[str, Mapping[str, str]], *,
+        callback_id: str | None = None, private_metadata: str | None = None,
+    ) -> Delivery:
+        """A person submits a modal the bot opened (``view``, e.g. from :meth:`opened_views`),
+        with ``values`` typed into its plain-text inputs as ``{block_id: {action_id: text}}``
+        (inputs not named are left blank, which Slack sends as ``None``). ``callback_id`` and
+        ``private_metadata`` replace the view's own (to send malformed submissions)."""
+        state: dict[str, dict[str, Any]] = {}
+        for block in view.get("blocks") or ():
+            if isinstance(block, Mapping) and block.get("type") == "input":
+                element = block.get("element") or {}
+                block_id, action_id = str(block.get("block_id")), str(element.get("action_id"))
+                text = values.get(block_id, {}).get(action_id) or None
+                state[block_id] = {action_id: {"type": str(element.get("type")), "value": text}}
+        payload = {
+            "type": "view_submission",
+            "team": {"id": self.team, "domain": "stand-in"},
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team},
+            "api_app_id": APP_ID, "token": "legacy-verification-token", "trigger_id": f"{next(self._counter)}.1.x",
+            "view": {
+                "id": str(view.get("id") or f"V{next(self._counter):08d}"), "team_id": self.team, "type": "modal",
+                "blocks": list(view.get("blocks") or ()), "private_metadata":
+                    str(view.get("private_metadata", "")) if private_metadata is None else private_metadata,
+                "callback_id": str(view.get("callback_id", "")) if callback_id is None else callback_id,
+                "state": {"values": state}, "hash": f"{next(self._counter)}.x", "title": view.get("title"),
+                "app_id": APP_ID, "bot_id": BOT_ID, "root_view_id": None, "previous_view_id": None,
+            },
+            "response_urls": [], "is_enterprise_install": False, "enterprise": None,
+        }
+        return await self.deliver_form("interactive", {"payload": json.dumps(payload)})
+
+
+def view_problem(view: Mapping[str, Any]) -> str:
+    """Why Slack would refuse a modal (its basic shape only), or empty when it looks right."""
+    title, blocks = view.get("title"), view.get("blocks")
+    if view.get("type") != "modal":
+        return "not a modal"
+    if not (isinstance(title, dict) and title.get("type") == "plain_text" and 0 < len(str(title.get("text", ""))) <= 24):
+        return "a modal's title is plain_text of 1-24 characters"
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= 100:
+        return "a modal holds 1-100 blocks"
+    if len(str(view.get("private_metadata", ""))) > 3000 or len(str(view.get("callback_id", ""))) > 255:
+        return "private_metadata over 3,000 or callback_id over 255 characters"
+    inputs = [b for b in blocks if isinstance(b, dict) and b.get("type") == "input"]
+    for block in inputs:
+        label, element = block.get("label"), block.get("element")
+        if not (isinstance(label, dict) and label.get("type") == "plain_text"
+                and 0 < len(str(label.get("text", ""))) <= 2000):
+            return "an input's label is plain_text of 1-2,000 characters"
+        if not (isinstance(element, dict) and element.get("action_id")
+                and element.get("type") == "plain_text_input"):
+            return "an input needs an element with an action_id"
+    if inputs and not isinstance(view.get("submit"), dict):
+        return "a modal with inputs needs a submit button"
+    return ""
 
 
 def _stream_text(params: Mapping[str, Any]) -> str:

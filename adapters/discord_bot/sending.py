@@ -26,7 +26,7 @@ import discord
 from adapters.discord_bot import render
 from adapters.discord_bot.render import Outgoing
 from bot.errors import log_failure
-from bot.neutral import Reply
+from bot.neutral import Reply, Send
 
 log = logging.getLogger(__name__)
 
@@ -117,44 +117,72 @@ class ChannelSend:
             log.exception("could not post the failure notice either (reference %s)", reference)
 
 
-class DiscordDraft:
-    """An answer shown while it is written, in one message edited as it grows; see the module
-    docstring. An :class:`~bot.neutral.AnswerDraft`."""
+class _EditedDraft:
+    """An answer shown while it is written, in one message edited as it grows (see the module
+    docstring); :meth:`_post_first`, :meth:`_post_more` and :meth:`_report` say where it goes.
+    An :class:`~bot.neutral.AnswerDraft`."""
 
     interval_s = EDIT_EVERY_S
 
-    def __init__(self, send: ChannelSend) -> None:
-        self._send = send
-        self._message: discord.Message | None = None
+    def __init__(self, send: Send) -> None:
+        self._whole = send  # posts a reply whole, as if nothing had been shown
+        self._message: discord.Message | discord.WebhookMessage | None = None
 
     async def show(self, text: str) -> None:
         content = text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"
         if self._message is None:
-            self._message = await self._send.post_first(content)
+            self._message = await self._post_first(content)
         else:
             await self._message.edit(content=content)
 
     async def finish(self, reply: Reply) -> None:
         """The finished reply in the draft's place: its first message by an edit, the others
-        posted after it. A first message with files cannot be an edit: then the draft goes and
-        the reply is posted whole. Never raises (a failure is reported, as by :class:`ChannelSend`)."""
+        posted after it. A first message with files cannot be an edit, nor can a private reply
+        take a public draft's place: then the draft goes and the reply is posted whole. Never
+        raises (a failure is reported, as by the ``Send``)."""
         if self._message is None:
-            await self._send(reply)
+            await self._whole(reply)
             return
         first, *rest = render.render_reply(reply)
         try:
-            if first.files:
+            if first.files or reply.private:
                 await self._message.delete()
-                await self._send(reply)
+                await self._whole(reply)
                 return
             arguments = message_arguments(first)
             await self._message.edit(content=arguments.get("content"), embeds=arguments.get("embeds", []),
                                      view=arguments.get("view"))
-            destination = await self._send.destination()
             for outgoing in rest:
-                await destination.send(**message_arguments(outgoing))
+                await self._post_more(outgoing)
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-            await self._send.report(reply)
+            await self._report(reply)
+
+    async def _post_first(self, content: str) -> discord.Message | discord.WebhookMessage:
+        raise NotImplementedError
+
+    async def _post_more(self, outgoing: Outgoing) -> None:
+        raise NotImplementedError
+
+    async def _report(self, reply: Reply) -> None:
+        raise NotImplementedError
+
+
+class DiscordDraft(_EditedDraft):
+    """A draft in a channel: the first words are the reply to the question's message."""
+
+    def __init__(self, send: ChannelSend) -> None:
+        super().__init__(send)
+        self._send = send
+
+    async def _post_first(self, content: str) -> discord.Message:
+        return await self._send.post_first(content)
+
+    async def _post_more(self, outgoing: Outgoing) -> None:
+        destination = await self._send.destination()
+        await destination.send(**message_arguments(outgoing))
+
+    async def _report(self, reply: Reply) -> None:
+        await self._send.report(reply)
 
 
 class InteractionSend:
@@ -274,46 +302,24 @@ class InteractionSend:
         return self._interaction.channel
 
 
-class InteractionDraft:
-    """An answer to a slash command shown while it is written: its first words are the first
-    follow-up (which takes the "thinking" message's place), edited at most every
-    :data:`EDIT_EVERY_S`, and the last edit puts the finished reply in place. A private
-    reply, or one whose first message carries files, replaces the draft as a reply of its
-    own. An :class:`~bot.neutral.AnswerDraft`."""
-
-    interval_s = EDIT_EVERY_S
+class InteractionDraft(_EditedDraft):
+    """A draft of a slash command's answer: its first words are the first follow-up (which
+    takes the "thinking" message's place)."""
 
     def __init__(self, send: InteractionSend) -> None:
+        super().__init__(send)
         self._send = send
-        self._message: discord.WebhookMessage | None = None
 
-    async def show(self, text: str) -> None:
-        content = text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"
-        if self._message is None:
-            self._message = await self._send.first_follow_up(content)
-        else:
-            await self._message.edit(content=content)
+    async def _post_first(self, content: str) -> discord.WebhookMessage:
+        return await self._send.first_follow_up(content)
 
-    async def finish(self, reply: Reply) -> None:
-        """See :meth:`DiscordDraft.finish`; never raises."""
-        if self._message is None:
-            await self._send(reply)
-            return
-        first, *rest = render.render_reply(reply)
-        try:
-            if first.files or reply.private:
-                await self._message.delete()
-                await self._send(reply)
-                return
-            arguments = message_arguments(first)
-            await self._message.edit(content=arguments.get("content"), embeds=arguments.get("embeds", []),
-                                     view=arguments.get("view"))
-            for outgoing in rest:
-                await self._send.follow_up(outgoing)
-        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-            reference = log_failure(log, "finishing a streamed answer to interaction %s failed (reference %s)",
-                                    self._send.interaction_id)
-            await self._send.notify(reference)
+    async def _post_more(self, outgoing: Outgoing) -> None:
+        await self._send.follow_up(outgoing)
+
+    async def _report(self, reply: Reply) -> None:
+        reference = log_failure(log, "finishing a streamed answer to interaction %s failed (reference %s)",
+                                self._send.interaction_id)
+        await self._send.notify(reference)
 
 
 def message_arguments(outgoing: Outgoing) -> dict[str, Any]:
