@@ -65,7 +65,7 @@ from bot import replies
 from bot.commands import ASK
 from bot.config import SlackConfig
 from bot.errors import BotError, log_failure, new_reference
-from bot.neutral import Event, Person, Reply, ReplyAddress, ReplyKind, Send
+from bot.neutral import Event, Person, Reply, ReplyAddress, ReplyKind, Send, Vote
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
@@ -395,7 +395,23 @@ class SlackAdapter:
             if event is None:
                 log.debug("a click in %s carries nothing for the bot", origin.channel)
                 return
+            if isinstance(event, Vote) and not event.up:
+                # The form it opened answers a 👎: the vote's own thanks would be a second message.
+                await self.bot.handler.handle(event, self._errors_only(target))
+                return
             await self._handle(event, target)
+
+    def _errors_only(self, target: Target) -> Send:
+        """A ``send`` to ``target`` that posts error replies only (others are logged at debug level)."""
+        send = self.outbox.sender(target)
+
+        async def errors_only(reply: Reply) -> None:
+            if reply.kind is ReplyKind.ERROR:
+                await send(reply)
+            else:
+                log.debug("not posted in %s (the feedback form speaks instead): %.80r", target.channel, reply.text)
+
+        return errors_only
 
     # -- the feedback form a 👎 opens -------------------------------------------------------
 
