@@ -255,6 +255,7 @@ class SlackAdapter:
             log.warning("reading thread %s in %s failed (%s): a possible follow-up is left unanswered",
                         origin.thread_ts, origin.channel, slack_web.error_code(exc))
             return
+        await self._thread_grew(origin, messages)
         if not translate.bot_answered(messages, self.identity):
             log.debug("message %s in thread %s: the bot has not answered there", origin.ts, origin.thread_ts)
             return
@@ -263,6 +264,24 @@ class SlackAdapter:
             person = await self.people.get(origin.user)
             context = translate.thread_context(messages, origin.ts, self.identity)
             await self._handle(translate.question(follow_up, person, context), target, origin.ts)
+
+    async def _thread_grew(self, reply: Origin, messages: list[dict[str, Any]]) -> None:
+        """A reply was added to a thread: if the thread's root is a pinned source, the source
+        takes the thread as it is now, replies included (the handler tells; see ``Pin.edited``)."""
+        root_ts = reply.thread_ts
+        root = next((m for m in messages if m.get("ts") == root_ts), None)
+        if root is None:
+            return
+        origin = Origin(reply.team, reply.channel, reply.user, root_ts, root_ts)
+        target = Target(reply.channel, reply.user, thread=root_ts)
+        async with self._reporting(target, "a reply in a pinned thread"):
+            text, thread_replies = translate.pinned_thread(messages, root_ts, self.identity)
+            author = str(root.get("user") or "")
+            person = await self.people.get(reply.user)
+            label = (await self.people.get(author)).label if author else ""
+            pinned = Pinned(origin, text=text, author=author, edited=True)
+            await self.bot.handler.handle(translate.pin(pinned, person, text, "", label, thread_replies),
+                                          self.outbox.sender(target))
 
     # -- sources -------------------------------------------------------------------------
 

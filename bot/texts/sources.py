@@ -58,9 +58,9 @@ def added_text(result: IngestResult) -> str:
 
 
 def updated_text(result: IngestResult) -> str:
-    """What an edit of a pinned message did to its source."""
+    """What an edit of a pinned message, or a reply added to a pinned thread, did to its source."""
     return (
-        f"Updated “{result.source.title}”: the pinned message was edited, and its new text "
+        f"Updated “{result.source.title}”: it changed since it was pinned, and the new text "
         f"({count(result.leaves, 'excerpt')}) answers from now on; its summaries follow with the next rebuild."
     )
 

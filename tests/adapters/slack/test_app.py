@@ -370,6 +370,31 @@ def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, t
     run(engine, tmp_path, mode, body)
 
 
+@pytest.mark.parametrize("mode", ["socket"])
+def test_a_pinned_thread_picks_up_replies_added_after_the_pin(engine: Engine, tmp_path: Path, mode: str) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        root, _ = await slack.user_says(CHANNEL, ANA, "How do we roll back a release?")
+        await slack.user_says(CHANNEL, BEN, "Run the rollback job from the release page.", thread_ts=root["ts"])
+        await slack.pin(CHANNEL, ANA, root["ts"])
+        await slack.wait_until(lambda: slack.posts(CHANNEL, root["ts"]), what="the thread pin's note")
+        await settle(running, bot)
+        other, _ = await slack.user_says(CHANNEL, BEN, "Is the canteen open today?")
+        await slack.user_says(CHANNEL, ANA, "Yes, until three.", thread_ts=other["ts"])  # no source: left alone
+
+        await slack.user_says(CHANNEL, ANA, "Then tell the release channel within ten minutes.", thread_ts=root["ts"])
+        [updated] = await slack.wait_until(
+            lambda: [p for p in slack.posts(CHANNEL, root["ts"]) if p["text"].startswith("Updated")], what="the update")
+        assert updated["text"].startswith("Updated “Thread by Ana: How do we roll back"), updated["text"]
+        await settle(running, bot)
+        [thread] = engine.sources(key())
+        text = engine.store.channel(key()).source_text(thread.id)
+        assert "rollback job" in text and "within ten minutes" in text
+        assert thread.link == slack.permalink_of(CHANNEL, root["ts"]) and "Ana" in thread.added_by
+        assert not [p for p in slack.posts(CHANNEL, other["ts"]) if p["user"] == BOT_USER]
+
+    run(engine, tmp_path, mode, body)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_download_refused_for_the_token_is_reported(
     engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
