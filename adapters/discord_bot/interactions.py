@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -41,7 +41,7 @@ from adapters.discord_bot.lifecycle import ClientCore, interaction_key
 from adapters.discord_bot.sending import InteractionSend
 from adapters.discord_bot.translate import Place
 from bot.errors import log_failure
-from bot.neutral import Command, Reply, ReplyKind
+from bot.neutral import Command, Event, Person, Reply, ReplyKind
 from bot.replies import source_choice_text
 
 log = logging.getLogger(__name__)
@@ -97,18 +97,27 @@ class InteractionHandling(ClientCore):
                 if form is not None:  # always, as the form's id is shorter than the button's
                     await self._open_form(interaction, form, action, place)
                     return
-            send = InteractionSend(self, interaction, always_private=True)
             # Opening a node takes a moment: show "thinking". A vote is silent until the handler speaks.
-            if not await send.defer(thinking=isinstance(action, translate.OpenNode), ephemeral=True):
-                return
-            self._count_ack(interaction)
-            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
-            try:
-                await self.raptor.handler.handle(translate.button_event(action, place, person), send)
-            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-                await self._failed("handling a button press", send)
-            finally:
-                await send.finish()
+            await self._answer_privately(interaction, place, isinstance(action, translate.OpenNode),
+                                         lambda person: translate.button_event(action, place, person),
+                                         "handling a button press")
+
+    async def _answer_privately(self, interaction: discord.Interaction, place: Place, thinking: bool,
+                                event_for: Callable[[Person], Event], what: str) -> None:
+        """Defers ``interaction`` privately (``thinking`` shows "thinking"), hands the handler the
+        event ``event_for`` makes of the person, and answers only them; a failure is reported
+        with a reference (``what`` names the work), never raised."""
+        send = InteractionSend(self, interaction, always_private=True)
+        if not await send.defer(thinking=thinking, ephemeral=True):
+            return
+        self._count_ack(interaction)
+        person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+        try:
+            await self.raptor.handler.handle(event_for(person), send)
+        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            await self._failed(what, send)
+        finally:
+            await send.finish()
 
     async def _open_form(self, interaction: discord.Interaction, form: discord.ui.Modal,
                          vote: translate.CastVote, place: Place) -> None:
@@ -145,17 +154,9 @@ class InteractionHandling(ClientCore):
             if not self.scope.allows(place):
                 await _refuse_here(interaction)
                 return
-            send = InteractionSend(self, interaction, always_private=True)
-            if not await send.defer(thinking=True, ephemeral=True):
-                return
-            self._count_ack(interaction)
-            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
-            try:
-                await self.raptor.handler.handle(feedback_form.feedback_event(submission, place, person), send)
-            except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-                await self._failed("handling a feedback form", send)
-            finally:
-                await send.finish()
+            await self._answer_privately(interaction, place, True,
+                                         lambda person: feedback_form.feedback_event(submission, place, person),
+                                         "handling a feedback form")
 
     def _count_ack(self, interaction: discord.Interaction) -> None:
         """Counts the time from the interaction's creation (its snowflake) to its acknowledgement."""
