@@ -38,6 +38,7 @@ from raptor_engine.errors import ChannelError, NodeNotFound
 from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as IngestResult
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
+from raptor_engine.loaders.common import default_title
 from raptor_engine.metering import SpendingLimits
 from raptor_engine.protocols import (
     Answerer,
@@ -165,7 +166,8 @@ class Engine:
         loaded = load_bytes(
             data, filename, self.settings.max_file_bytes, max_text_chars=self.settings.max_text_chars, size=size
         )
-        document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, "", external_id)
+        document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, "", external_id,
+                            file_name=default_title(filename))
         return self.ingest(key, document)
 
     def ingest_file(
@@ -174,11 +176,13 @@ class Engine:
         """Loads a local file and ingests it, linked by its ``file://`` URI."""
         loaded = load_file(path, self.settings.max_file_bytes, max_text_chars=self.settings.max_text_chars)
         link = path.resolve().as_uri()
-        return self.ingest(key, Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by), progress)
+        document = Document(loaded.text, loaded.title, SourceKind.FILE, link, added_by, file_name=path.name)
+        return self.ingest(key, document, progress)
 
-    def sources(self, key: ChannelKey) -> list[Source]:
-        """The channel's sources, oldest first."""
-        return self._channel(key).list_sources()
+    def sources(self, key: ChannelKey, external_id: str | None = None) -> list[Source]:
+        """The channel's sources, oldest first; with ``external_id``, only those of that
+        message or file (a message pinned, edited and pinned again may be several)."""
+        return self._channel(key).list_sources(external_id)
 
     def find_source(self, key: ChannelKey, reference: str) -> Source:
         """The source whose id starts with ``reference`` (at least 6 characters) or whose
@@ -208,14 +212,40 @@ class Engine:
         space back on the embedded store; its next upload starts it anew.
         """
         source = self.find_source(key, reference)
+        removed = self._purge(key, source.id)
+        log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
+        return source
+
+    def replace_source(self, key: ChannelKey, old_id: str, successor_id: str) -> list[AnswerRecord]:
+        """Replaces a source by its new version, stored already as ``successor_id`` (an edited
+        message, a file uploaded again): the old version is forgotten as by :meth:`forget`,
+        except that the answers citing it are kept, passed on to the new version and marked
+        ``changed`` (they may quote what the channel no longer says), and the served tree
+        counts it as changed, not removed (see :meth:`stats`). Returns those answers as they
+        were before (``changed`` says which cited changed material already).
+        Raises ``ChannelError`` when either source is not in the channel."""
+        channel = self._channel(key)
+        for source_id in (old_id, successor_id):
+            if channel.get_source(source_id) is None:
+                raise ChannelError(f"no source {source_id[:12]!r} in this channel")
+        if old_id == successor_id:
+            return []
+        # Passed on first: if this stops before the forget, the answers already point at the
+        # new version, and the old one is still there to replace again.
+        answers = channel.pass_answers_on(old_id, successor_id)
+        removed = self._purge(key, old_id, successor_id)
+        log.info("channel %s: source %s replaced by %s (%d served nodes removed, %d answers marked changed)",
+                 key, old_id[:12], successor_id[:12], removed, len(answers))
+        return answers
+
+    def _purge(self, key: ChannelKey, source_id: str, successor: str = "") -> int:
+        """Marks the source forgotten, then deletes everything of it; served nodes removed."""
         channel = self._channel(key)
         with self._writers.writing(key):
             # Marked first: from here on nothing lists, builds from or searches it, and any
             # writer finishing later sees the mark and cleans up after itself.
-            channel.set_source_state(source.id, SourceState.FORGETTING)
-            removed = self._writers.purge(key, channel, source.id)
-        log.info("channel %s: forgot source %s (%d served nodes removed)", key, source.id[:12], removed)
-        return source
+            channel.set_source_state(source_id, SourceState.FORGETTING)
+            return self._writers.purge(key, channel, source_id, successor)
 
     # -- building ------------------------------------------------------------
 
@@ -239,10 +269,12 @@ class Engine:
     # -- answers and feedback ---------------------------------------------------
 
     def keep_answer(
-        self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str, keep: int = 1000
+        self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str, keep: int = 1000,
+        thread: str = "",
     ) -> None:
         """Keeps an answer given in the channel with its question, so votes on it can be stored
-        beside both. Forgetting a source it cites removes it. The channel keeps its newest
+        beside both, and the ``thread`` it was given in (to tell it there when what it cites
+        changes). Forgetting a source it cites removes it. The channel keeps its newest
         ``keep`` answers: storage must not grow with every question for months."""
         sources: list[str] = []
         hits = {hit.node.id: hit.node for hit in answer.hits}
@@ -251,7 +283,8 @@ class Engine:
             for source_id in node.source_ids if node else ():
                 if source_id not in sources:
                     sources.append(source_id)
-        record = AnswerRecord(answer_id, question, answer.text, asked_by, utc_now(), tuple(sources), found=answer.found)
+        record = AnswerRecord(answer_id, question, answer.text, asked_by, utc_now(), tuple(sources), found=answer.found,
+                              thread=thread)
         channel = self._channel(key)
         channel.put_answer(record)
         channel.prune_answers(keep)
@@ -395,14 +428,20 @@ class Engine:
     # -- inspecting ------------------------------------------------------------
 
     def stats(self, key: ChannelKey) -> TreeStats:
-        """The served tree's version, size per layer, and how many sources wait for a rebuild."""
+        """The served tree's version, size per layer, and how many sources changed since it was
+        built: added, removed, or replaced by a new version (each such source counted once)."""
         channel = self._channel(key)
         state = channel.live_state()
         source_ids = {s.id for s in channel.list_sources()}
         if state is None:
             return TreeStats(key, 0, "", len(source_ids), {}, len(source_ids))
-        pending = len(source_ids.symmetric_difference(state.source_ids)) + state.forgotten
-        return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending)
+        standing_in = {new for new in state.replaced.values() if new in source_ids}
+        gone_since = sum(1 for new in state.replaced.values() if new not in source_ids)
+        added = len(source_ids - set(state.source_ids) - standing_in)
+        missing = len(set(state.source_ids) - source_ids)  # as forgotten; a forget finishing now
+        pending = added + len(standing_in) + state.forgotten + gone_since + missing
+        return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending,
+                         changed_sources=len(standing_in))
 
     def node(self, key: ChannelKey, node_id: str) -> NodeView:
         """A node of the served tree with its children and parents. Raises ``NodeNotFound``."""

@@ -176,6 +176,7 @@ def _new_source(document: Document, text: str, source_id: str) -> Source:
         added_at=document.added_at or utc_now(),
         chars=len(text),
         external_id=document.external_id,
+        file_name=document.file_name,
     )
 
 

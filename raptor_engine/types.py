@@ -42,7 +42,9 @@ class Document:
     ``link`` points back to the file or message (a permalink, a jump URL or a
     local path); ``added_by`` names who added it, ``added_at`` is ISO-8601 UTC.
     ``external_id`` is the platform's id of the message or file, used to find
-    the source again on unpin; empty when there is none.
+    the source again on unpin; empty when there is none. ``file_name`` is the name
+    of the file it was loaded from (how a file uploaded again is recognised); empty
+    for a message.
     """
 
     text: str
@@ -52,6 +54,7 @@ class Document:
     added_by: str = ""
     added_at: str = ""
     external_id: str = ""
+    file_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,7 @@ class Source:
     added_at: str
     chars: int
     external_id: str = ""
+    file_name: str = ""  # the uploaded file's name; empty for messages and sources stored before it was kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +199,9 @@ class TreeStats:
     """The state of a channel's tree as it is served now.
 
     ``version`` is 0 and ``built_at`` empty when no tree was built yet.
-    ``pending_sources`` counts sources added or removed since the served build.
+    ``pending_sources`` counts sources added, changed or removed since the served build;
+    ``changed_sources`` those of them that are new versions of a source of the build (an
+    edited message, a file uploaded again), each counted once however often it changed.
     """
 
     channel: ChannelKey
@@ -204,6 +210,7 @@ class TreeStats:
     sources: int
     nodes_per_layer: dict[int, int] = field(default_factory=dict)
     pending_sources: int = 0
+    changed_sources: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +229,9 @@ class AnswerRecord:
     ``votes`` maps a voter's id to +1 or -1 (a voter's last vote counts);
     ``source_ids`` are the sources its citations came from (forgetting one of
     them removes the record); ``found`` is False for an answer saying the channel's
-    material does not hold it; ``reasons`` maps a voter's id to what they said was wrong.
+    material does not hold it; ``reasons`` maps a voter's id to what they said was wrong;
+    ``changed`` is True once a source it cites was replaced by a new version (an edited
+    message, a file uploaded again): what it quotes may no longer be what the channel says.
     """
 
     answer_id: str
@@ -234,6 +243,8 @@ class AnswerRecord:
     votes: dict[str, int] = field(default_factory=dict)
     found: bool = True
     reasons: dict[str, str] = field(default_factory=dict)
+    changed: bool = False
+    thread: str = ""  # where the answer was given (the chat's thread id; "" when not in a thread)
 
     @property
     def ups(self) -> int:

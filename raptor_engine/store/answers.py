@@ -2,9 +2,11 @@
 
 Contract: ``rc-<digest>-answers`` holds one record per answer, id the answer's id, its text
 under ``TEXT_KEY``, the question, asker, time, votes and reasons (JSON) and whether it was
-found in its metadata (answers kept before those fields read as found, without reasons), and the ids of
+found and whether it cites material that changed after it was given (``changed``) in its
+metadata (answers kept before those fields read as found and unchanged, without reasons), and the ids of
 the sources it cites under ``sources`` (left out when none: Chroma refuses empty lists).
-Answers quote their sources, so forgetting a source deletes the answers citing it. Only the
+Answers quote their sources, so forgetting a source deletes the answers citing it; a source
+replaced by a new version passes its answers on to it (:meth:`Answers.pass_on`). Only the
 newest are kept (:meth:`Answers.prune`).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
@@ -35,6 +38,8 @@ class Answers:
             "answered_at": record.answered_at,
             "votes": json.dumps(record.votes, sort_keys=True),
             "found": record.found,
+            "changed": record.changed,
+            "thread": record.thread,
             "reasons": json.dumps(record.reasons, sort_keys=True),
             # Orders answers kept within one second (answered_at has seconds) for pruning.
             "kept_ns": time.time_ns(),
@@ -76,10 +81,28 @@ class Answers:
         records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
         return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
 
+    def pass_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
+        """The answers citing ``source_id`` made to cite ``successor`` instead and marked
+        ``changed``; returns them as they were before (``changed`` says which were marked already)."""
+        with _translated("passing answers on to a new version of their source"):
+            answers = self._answers()
+            got = answers.get(where={"sources": {"$contains": source_id}}, include=["documents", "metadatas"])
+            records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+            updated = [replace(r, source_ids=_swapped(r.source_ids, source_id, successor), changed=True) for r in records]
+            for start, end in self._at.batches(len(updated)):
+                answers.update(ids=[r.answer_id for r in updated[start:end]],
+                               metadatas=[{"sources": list(r.source_ids), "changed": True} for r in updated[start:end]])
+        return records
+
     def delete_citing(self, source_id: str) -> None:
         """Deletes the answers citing ``source_id`` (it is forgotten)."""
         with _translated("deleting a source"):
             self._answers().delete(where={"sources": {"$contains": source_id}})
+
+
+def _swapped(source_ids: tuple[str, ...], old: str, new: str) -> tuple[str, ...]:
+    """``source_ids`` with ``old`` replaced by ``new``, each id once, in order."""
+    return tuple(dict.fromkeys(new if i == old else i for i in source_ids))
 
 
 def _answer_from(answer_id: str, document: str | None, metadata: dict[str, Any] | None) -> AnswerRecord:
@@ -88,4 +111,5 @@ def _answer_from(answer_id: str, document: str | None, metadata: dict[str, Any] 
     reasons = {str(k): str(v) for k, v in json.loads(str(meta.get("reasons", "{}"))).items()}
     return AnswerRecord(answer_id, str(meta.get("question", "")), _text_of(document, meta), str(meta.get("asked_by", "")),
                         str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes,
-                        found=bool(meta.get("found", True)), reasons=reasons)
+                        found=bool(meta.get("found", True)), reasons=reasons,
+                        changed=bool(meta.get("changed", False)), thread=str(meta.get("thread", "")))

@@ -91,9 +91,10 @@ class ChannelStore:
         """Changes a source's state in one write; does nothing if the source has no record."""
         self._sources.set_state(source_id, state)
 
-    def list_sources(self) -> list[Source]:
-        """Every listed (stored, or legacy) source of the channel, oldest first."""
-        return self._sources.listed()
+    def list_sources(self, external_id: str | None = None) -> list[Source]:
+        """Every listed (stored, or legacy) source of the channel, oldest first; with
+        ``external_id``, only the sources of that message or file (one lookup)."""
+        return self._sources.listed(external_id)
 
     def sources_in_state(self, state: SourceState) -> list[str]:
         """The ids of the sources in ``state`` (not ``LEGACY``), e.g. forgets that were interrupted."""
@@ -125,6 +126,13 @@ class ChannelStore:
     def put_answer(self, record: AnswerRecord) -> None:
         """Keeps an answer with its question (replacing one with the same id)."""
         self._answers.put(record)
+
+    def pass_answers_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
+        """Makes the answers citing ``source_id`` cite ``successor`` (its new version) instead,
+        marked as citing material that changed after they were given; returns them as they
+        were before (``changed`` says which were marked already). Forgetting the successor
+        later removes them as it would its own answers."""
+        return self._answers.pass_on(source_id, successor)
 
     def prune_answers(self, keep: int) -> int:
         """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went."""
@@ -247,13 +255,13 @@ class ChannelStore:
         """The stored embeddings of some nodes of a tree version, by id."""
         return self._tree_reads.embeddings(version, ids)
 
-    def remove_source_from_trees(self, source_id: str) -> int:
+    def remove_source_from_trees(self, source_id: str, successor: str = "") -> int:
         """Deletes, from every stored tree (served, previous or unfinished), the nodes that
         cover ``source_id``, and takes its id out of the served state.
 
         References to the deleted nodes are removed from the remaining nodes'
         children and parents, so the tree stays consistent until the next
         rebuild restores the summaries of the other sources. Returns the number
-        of nodes deleted from the served tree.
+        of nodes deleted from the served tree. ``successor``: see ``TreeForget.remove_source``.
         """
-        return self._tree_forget.remove_source(source_id)
+        return self._tree_forget.remove_source(source_id, successor)

@@ -78,10 +78,14 @@ class Sources:
             # Chroma merges updated metadata keys and ignores unknown ids: a forgotten source stays gone.
             self._src().update(ids=[f"{source_id}#0"], metadatas=[{"state": state.value}])
 
-    def listed(self) -> list[Source]:
-        """Every listed (stored, or legacy) source of the channel, oldest first."""
+    def listed(self, external_id: str | None = None) -> list[Source]:
+        """Every listed (stored, or legacy) source of the channel, oldest first; only those
+        with ``external_id`` when it is given (one lookup, not a listing)."""
+        where: dict[str, Any] = {"segment": 0}
+        if external_id is not None:
+            where = {"$and": [where, {"external_id": external_id}]}
         with _translated("listing sources"):
-            got = self._src().get(where={"segment": 0}, include=["metadatas"])
+            got = self._src().get(where=where, include=["metadatas"])
         # Filtered here, not by a where clause: legacy records have no state key to match.
         sources = [_source_from_metadata(m) for m in got["metadatas"] or [] if _state_of(m) in _LISTED]
         return sorted(sources, key=lambda s: (s.added_at, s.id))
@@ -130,6 +134,7 @@ def _source_metadata(source: Source) -> dict[str, Any]:
         "added_at": source.added_at,
         "chars": source.chars,
         "external_id": source.external_id,
+        "file_name": source.file_name,
     }
 
 
@@ -143,4 +148,5 @@ def _source_from_metadata(metadata: dict[str, Any]) -> Source:
         added_at=str(metadata["added_at"]),
         chars=int(metadata["chars"]),
         external_id=str(metadata.get("external_id", "")),
+        file_name=str(metadata.get("file_name", "")),
     )

@@ -26,9 +26,11 @@ class TreeForget:
         self._pool = pool
         self._states = states
 
-    def remove_source(self, source_id: str) -> int:
+    def remove_source(self, source_id: str, successor: str = "") -> int:
         """Deletes, from every stored tree, the nodes that cover ``source_id``, and takes its id
-        out of the served state; the number of nodes deleted from the served tree."""
+        out of the served state; the number of nodes deleted from the served tree. A
+        ``successor`` is the id of the source's new version: the state counts the source as
+        replaced by it, not as forgotten (see ``TreeState.replaced``)."""
         removed: dict[str, Counter[int]] = {}
         with self._pool.write_lock(), _translated("removing a source from the tree"):
             for version in self._pool.legacy_versions():
@@ -40,10 +42,11 @@ class TreeForget:
             if state is None:
                 return 0
             removed_live = removed.get(state.tag or f"legacy:{state.version}", Counter())
-            if removed_live or source_id in state.source_ids:
+            if removed_live or source_id in state.source_ids or source_id in state.replaced.values():
                 previous = self._states.served_places()
                 previous.pop(state.version, None)
-                self._states.write(_without_source(state, source_id, removed_live), next(iter(previous.values()), None))
+                updated = _without_source(state, source_id, removed_live, successor)
+                self._states.write(updated, next(iter(previous.values()), None))
         return sum(removed_live.values())
 
     def _remove_from_pool(self, source_id: str) -> dict[str, Counter[int]]:

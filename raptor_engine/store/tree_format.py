@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raptor_engine.store.common import TEXT_KEY, _text_of
@@ -35,6 +35,10 @@ class TreeState:
     forgotten: int = 0  # sources of this build forgotten since: their summaries wait for a rebuild
     slot: int = -1  # where in the channel's tree pool it is; -1: a collection of its own (older stores)
     tag: str = ""  # the build's unique name of the tree (its records carry it); "" for older stores
+    # Sources of this build replaced by a new version since (an edited message, a file uploaded
+    # again): the build's id -> the id of the version now standing for it. Counted apart from
+    # ``forgotten``, so status can say how many sources *changed*, not just came and went.
+    replaced: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ def _state_metadata(state: TreeState, previous: _Place | None) -> dict[str, Any]
         "layers": json.dumps({str(k): v for k, v in sorted(state.nodes_per_layer.items())}),
         "revision": state.revision,
         "forgotten": state.forgotten,
+        "replaced": json.dumps(state.replaced, sort_keys=True),
         "slot": state.slot,
         "tag": state.tag,
         # One JSON field, never left out: Chroma's upsert merges metadata keys.
@@ -118,6 +123,7 @@ def _state_from(meta: dict[str, Any]) -> TreeState:
         nodes_per_layer={int(k): int(v) for k, v in json.loads(str(meta["layers"])).items()},
         revision=int(meta.get("revision", 0)),
         forgotten=int(meta.get("forgotten", 0)),
+        replaced={str(k): str(v) for k, v in json.loads(str(meta.get("replaced") or "{}")).items()},
         slot=int(meta.get("slot", _LEGACY)),
         tag=str(meta.get("tag", "")),
     )
@@ -152,10 +158,16 @@ def _sources_of(metadatas: list[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted({str(s) for m in metadatas if int(m.get("layer", 0)) == 0 for s in m.get("sources") or []}))
 
 
-def _without_source(state: TreeState, source_id: str, removed: Counter[int]) -> TreeState:
-    """The served state after ``source_id`` was forgotten and ``removed`` nodes (per layer) went."""
+def _without_source(state: TreeState, source_id: str, removed: Counter[int], successor: str = "") -> TreeState:
+    """The served state after ``source_id`` was forgotten and ``removed`` nodes (per layer) went.
+    With a ``successor`` (the id of the source's new version), a source of the build is
+    counted as replaced rather than forgotten, and a replacement that stood for it now
+    points at the successor (a message edited twice is one changed source)."""
     left = {layer: count - removed[layer] for layer, count in state.nodes_per_layer.items()}
-    forgotten = source_id in state.source_ids
+    of_build = source_id in state.source_ids
+    replaced = {old: (successor if new == source_id and successor else new) for old, new in state.replaced.items()}
+    if of_build and successor:
+        replaced[source_id] = successor
     return replace(
         state,
         source_ids=tuple(i for i in state.source_ids if i != source_id),
@@ -164,7 +176,8 @@ def _without_source(state: TreeState, source_id: str, removed: Counter[int]) -> 
         revision=state.revision + (1 if removed else 0),
         nodes_per_layer={k: v for k, v in left.items() if v > 0},
         # The id goes, but the count stays: the summaries above it still want a rebuild.
-        forgotten=state.forgotten + (1 if forgotten else 0),
+        forgotten=state.forgotten + (1 if of_build and not successor else 0),
+        replaced=replaced,
     )
 
 
