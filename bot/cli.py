@@ -189,10 +189,13 @@ def channel_key(text: str) -> ChannelKey:
 
 def question_set(answers: Iterable[AnswerRecord]) -> list[str]:
     """The kept answers people found right (more 👍 than 👎, and found in the material) as
-    JSON lines, oldest first: the question, the answer, the sources it cited, its votes."""
+    JSON lines, oldest first: the question, the answer, the sources it cited, its votes, and
+    whether it cites material that changed after it was given (``changed``: its text may no
+    longer be the right answer, so an evaluation may want to leave it out)."""
     return [
         json.dumps({"question": a.question, "answer": a.text, "source_ids": list(a.source_ids),
-                    "answer_id": a.answer_id, "answered_at": a.answered_at, "ups": a.ups, "downs": a.downs},
+                    "answer_id": a.answer_id, "answered_at": a.answered_at, "ups": a.ups, "downs": a.downs,
+                    "changed": a.changed},
                    ensure_ascii=False)
         for a in answers if a.found and a.ups > a.downs
     ]

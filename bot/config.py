@@ -111,10 +111,13 @@ class ChunkingConfig(_Section):
 
 class FilesConfig(_Section):
     """Upload limits: ``max_mb`` of file, ``max_text_mb`` of text extracted from it
-    (a small file can unpack into far more text; past the limit it is refused)."""
+    (a small file can unpack into far more text; past the limit it is refused), and
+    whether a file uploaded again under the same name (new content) replaces the earlier
+    one (``replace_same_name``; off by default: two files may share a name by chance)."""
 
     max_mb: float = Field(default=defaults.MAX_FILE_BYTES / MB, gt=0, le=1024)
     max_text_mb: float = Field(default=defaults.MAX_TEXT_CHARS / MB, gt=0, le=1024)
+    replace_same_name: bool = False
 
 
 class TreeConfig(_Section):

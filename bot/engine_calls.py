@@ -61,8 +61,8 @@ class AsyncEngine:
         return await asyncio.to_thread(self.engine.forget, key, reference)
 
     async def keep_answer(self, key: ChannelKey, answer_id: str, question: str, answer: Answer, asked_by: str,
-                          keep: int) -> None:
-        await asyncio.to_thread(self.engine.keep_answer, key, answer_id, question, answer, asked_by, keep)
+                          keep: int, thread: str = "") -> None:
+        await asyncio.to_thread(self.engine.keep_answer, key, answer_id, question, answer, asked_by, keep, thread)
 
     async def vote(self, key: ChannelKey, answer_id: str, voter: str, up: bool) -> AnswerRecord:
         return await asyncio.to_thread(self.engine.vote, key, answer_id, voter, up)

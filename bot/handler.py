@@ -54,10 +54,12 @@ from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.ingestion import (
+    SourceUpdate,
     adder_id,
     ingest_correction,
     ingest_pin,
     ingest_upload,
+    ingest_upload_replacing,
     pin_document,
     pinned_sources,
     update_pin,
@@ -89,7 +91,7 @@ from raptor_engine import Answer, AnswerStream, ChannelKey, RaptorError
 
 if TYPE_CHECKING:
     from bot.rebuild_service import RebuildService
-    from raptor_engine import Engine, IngestResult
+    from raptor_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ CONTEXT_CHARS = 500  # each cut to this many characters, so a long paste cannot 
 TREE_PICTURE_NAME = "raptor-tree.png"
 HOUR_S = 3600.0
 DAY_S = 24 * HOUR_S
+CHANGED_NOTICES = 10  # answer threads told about one changed source, at most
 
 
 def retrieval_query(question: Question) -> str:
@@ -238,18 +241,19 @@ class ChatHandler:
             return "not_found"
         if self._config.llm.base_url:
             self.metrics.count_model_call("answer")  # the answer's tokens are not reported back
-        answer_id = await self._keep(key, text, answer, event.person.label)
+        answer_id = await self._keep(key, text, answer, event.person.label, event.thread)
         log.info("channel %s: answer %s with %d citation(s)", key, answer_id or "-", len(answer.citations))
         await send(replies.answer_reply(answer, thread=event.thread, answer_id=answer_id))
         return "answered" if answer.found else "not_found"
 
-    async def _keep(self, key: ChannelKey, question: str, answer: Answer, asked_by: str) -> str:
-        """Keeps the answer for votes; its id, or "" when it could not be kept (the answer
-        still goes out, without vote buttons: a store hiccup must not swallow an answer)."""
+    async def _keep(self, key: ChannelKey, question: str, answer: Answer, asked_by: str, thread: str) -> str:
+        """Keeps the answer for votes, with the thread it goes to; its id, or "" when it could not
+        be kept (the answer still goes out, without vote buttons: a store hiccup must not swallow
+        an answer)."""
         answer_id = uuid.uuid4().hex[:12]
         try:
             kept = self._config.bot.limits_for(str(key)).kept_answers_per_channel
-            await self._engine.keep_answer(key, answer_id, question, answer, asked_by, kept)
+            await self._engine.keep_answer(key, answer_id, question, answer, asked_by, kept, thread)
         except RaptorError as exc:
             log.warning("channel %s: could not keep answer %s for votes: %s", key, answer_id, exc)
             return ""
@@ -259,7 +263,8 @@ class ChatHandler:
         record = await self._engine.vote(vote.channel, vote.answer_id, vote.person.id, vote.up)
         log.info("channel %s: %s voted %s on answer %s", vote.channel, vote.person.id, "up" if vote.up else "down",
                  vote.answer_id)
-        await send(Reply(ReplyKind.INFO, replies.vote_text(vote.up, record.ups, record.downs), private=True))
+        text = replies.vote_text(vote.up, record.ups, record.downs) + replies.changed_note(record)
+        await send(Reply(ReplyKind.INFO, text, private=True))
 
     async def _feedback(self, feedback: Feedback, send: Send) -> None:
         """Stores the reason with the answer (and the person's 👎); a correction from a channel
@@ -269,15 +274,17 @@ class ChatHandler:
             lambda engine: engine.add_feedback(key, feedback.answer_id, feedback.person.id, feedback.reason))
         log.info("channel %s: %s gave feedback on answer %s", key, feedback.person.id, feedback.answer_id)
         correction = feedback.correction.strip()
+        changed = replies.changed_note(record)
         if not correction:
-            await send(Reply(ReplyKind.INFO, replies.feedback_text(), private=True))
+            await send(Reply(ReplyKind.INFO, replies.feedback_text() + changed, private=True))
             return
         if not commands.may_manage(feedback.person, key, self._config.bot):
-            await send(Reply(ReplyKind.INFO, replies.feedback_text(correction_kept=False), private=True))
+            await send(Reply(ReplyKind.INFO, replies.feedback_text(correction_kept=False) + changed, private=True))
             return
         result = await self._engine.run(lambda engine: ingest_correction(engine, key, record, correction, feedback.person))
         self._scheduler.watch(key)
-        await send(Reply(ReplyKind.INFO, replies.feedback_text(correction_kept=True, added=result), private=True))
+        text = replies.feedback_text(correction_kept=True, added=result) + changed
+        await send(Reply(ReplyKind.INFO, text, private=True))
 
     # -- commands -----------------------------------------------------------------
 
@@ -366,7 +373,15 @@ class ChatHandler:
     # -- sources ----------------------------------------------------------------
 
     async def _upload(self, upload: Upload, send: Send) -> None:
-        await self._add(upload, upload.size or len(upload.data), upload.filename, send, lambda engine: ingest_upload(engine, upload))
+        """Stores an uploaded file; with ``files.replace_same_name``, in place of the channel's
+        earlier files of that name (see :func:`ingest_upload_replacing`)."""
+        if self._config.files.replace_same_name:
+            def ingest(engine: Engine) -> SourceUpdate:
+                return ingest_upload_replacing(engine, upload)
+        else:
+            def ingest(engine: Engine) -> SourceUpdate:
+                return SourceUpdate(ingest_upload(engine, upload), (), ())
+        await self._add(upload, upload.size or len(upload.data), upload.filename, send, ingest)
 
     async def _pin(self, pin: Pin, send: Send) -> None:
         if pin.edited:
@@ -374,21 +389,32 @@ class ChatHandler:
             return
         document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
         size = len(document.text.encode("utf-8"))
-        await self._add(pin, size, document.title, send, lambda engine: ingest_pin(engine, pin))
+        await self._add(pin, size, document.title, send, lambda engine: SourceUpdate(ingest_pin(engine, pin), (), ()))
 
     async def _pin_edited(self, pin: Pin, send: Send) -> None:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
         Nothing is said for a message that is no source, nor for an edit that changed nothing kept."""
-        result = await self._engine.run(lambda engine: update_pin(engine, pin))
-        if result is None or result.duplicate:
+        update = await self._engine.run(lambda engine: update_pin(engine, pin))
+        if update is None or not update.replaced:
             return
-        log.info("channel %s: source %s updated after an edit of %s", pin.channel, result.source.id[:12],
-                 pin.external_id)
+        log.info("channel %s: source %s updated after an edit of %s (%d answers cite its earlier text)",
+                 pin.channel, update.result.source.id[:12], pin.external_id, len(update.changed_answers))
         self._scheduler.watch(pin.channel)
-        await send(Reply(ReplyKind.INFO, replies.updated_text(result)))
+        await send(Reply(ReplyKind.INFO, replies.updated_text(update.result, len(update.changed_answers))))
+        await self._tell_changed_answers(update, send)
+
+    async def _tell_changed_answers(self, update: SourceUpdate, send: Send) -> None:
+        """Says in the thread of each answer that cited a replaced source's earlier text (and had
+        not been told yet) that it cites material that changed after it was given: one line per
+        thread, at most :data:`CHANGED_NOTICES` threads per change, so that one edit cannot flood
+        a channel. Answers given outside a thread are counted in the change's own message."""
+        threads = dict.fromkeys(a.thread for a in update.changed_answers if a.thread and not a.changed)
+        notice = replies.changed_answer_notice(update.result.source.title)
+        for thread in list(threads)[:CHANGED_NOTICES]:
+            await send(Reply(ReplyKind.INFO, notice, thread=thread))
 
     async def _add(
-        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[Engine], IngestResult]
+        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[Engine], SourceUpdate]
     ) -> None:
         """Stores a file or a pin of ``size`` bytes (``name`` is how refusals call it) by calling
         ``ingest`` in a worker thread, once the limits allow it; otherwise says which limit refused."""
@@ -400,13 +426,14 @@ class ChatHandler:
             return
         stored = False
         try:
-            result = await self._engine.run(ingest)
-            stored = not result.duplicate
+            update = await self._engine.run(ingest)
+            stored = not update.result.duplicate
         finally:
             if not stored:  # only what is stored spends the channel's budget (not a duplicate, not a rejected file)
                 await self._upload_bytes.refund(key, size)
         self._scheduler.watch(key)
-        await send(Reply(ReplyKind.INFO, replies.added_text(result)))
+        await send(Reply(ReplyKind.INFO, _added_text(update)))
+        await self._tell_changed_answers(update, send)
 
     async def _refusal(self, key: ChannelKey, person: Person, size: int, name: str) -> Reply | None:
         """None when a new source of ``size`` bytes may be added now (and it is counted against the
@@ -458,6 +485,13 @@ class ChatHandler:
             [replies.unpin_kept_text(kept)] if kept else []
         )
         await send(Reply(ReplyKind.INFO, "\n".join(texts)))
+
+
+def _added_text(update: SourceUpdate) -> str:
+    """What storing a file or pin did: added it, or replaced earlier files of its name."""
+    if not update.replaced:
+        return replies.added_text(update.result)
+    return replies.replaced_text(update.result, len(update.replaced), len(update.changed_answers))
 
 
 def megabytes_to_bytes(mb: float) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bot.errors import BotError
@@ -70,23 +70,46 @@ def pin_document(pin: Pin) -> Document:
     )
 
 
-def update_pin(engine: Engine, pin: Pin) -> IngestResult | None:
+@dataclass(frozen=True, slots=True)
+class SourceUpdate:
+    """A source replaced by its new version: the new version as stored, the versions it
+    replaced, and the kept answers that cited them (now marked as citing changed material)."""
+
+    result: IngestResult
+    replaced: tuple[Source, ...]
+    changed_answers: tuple[AnswerRecord, ...]
+
+
+def update_pin(engine: Engine, pin: Pin) -> SourceUpdate | None:
     """An edited message's new text in place of its source (blocking); None when the message
     is no source of its channel. The new text is stored first, under the same external id and
     still credited to whoever pinned it (who may unpin it stays the same) and linked as before
-    when ``pin`` brings no link, then the earlier
-    versions are forgotten: if storing fails, the old text keeps answering. The same text
+    when ``pin`` brings no link; then it replaces the earlier versions (see
+    :func:`replace_versions`): if storing fails, the old text keeps answering. The same text
     again (an edit that changed nothing we keep, a link unfurled) is a ``duplicate`` and
     changes nothing. Raises ``BotError`` when the message has no text any more."""
-    earlier = [s for s in engine.sources(pin.channel) if s.external_id == pin.external_id]
+    earlier = engine.sources(pin.channel, external_id=pin.external_id)
     if not earlier:
         return None
     document = replace(pin_document(pin), added_by=earlier[-1].added_by, link=pin.link or earlier[-1].link)
-    result = engine.ingest(pin.channel, document)
-    for source in earlier:
-        if source.id != result.source.id:
-            engine.forget(pin.channel, source.id)
-    return result
+    return replace_versions(engine, pin.channel, engine.ingest(pin.channel, document), earlier)
+
+
+def ingest_upload_replacing(engine: Engine, upload: Upload) -> SourceUpdate:
+    """:func:`ingest_upload`, then the channel's earlier files of the same name are replaced by
+    it (blocking): a file uploaded again with new content stands in for its old version."""
+    result = ingest_upload(engine, upload)
+    name = result.source.file_name
+    earlier = [s for s in engine.sources(upload.channel) if s.kind is SourceKind.FILE and name and s.file_name == name]
+    return replace_versions(engine, upload.channel, result, earlier)
+
+
+def replace_versions(engine: Engine, key: ChannelKey, result: IngestResult, earlier: Sequence[Source]) -> SourceUpdate:
+    """Every source of ``earlier`` other than the newly stored one replaced by it (blocking; see
+    ``Engine.replace_source``): forgotten, its answers passed on and marked changed."""
+    replaced = [s for s in earlier if s.id != result.source.id]
+    answers = [a for old in replaced for a in engine.replace_source(key, old.id, result.source.id)]
+    return SourceUpdate(result, tuple(replaced), tuple(answers))
 
 
 CORRECTION_TITLE_CHARS = 80

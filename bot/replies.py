@@ -10,11 +10,14 @@ out; counts, moments, short ids, sizes and waits are always written by
 from __future__ import annotations
 
 from bot.texts.answers import (
+    CHANGED_ANSWER,
     EMPTY_QUESTION,
     NO_MATERIAL,
     answer_reply,
     answer_text,
     ask_your_own_text,
+    changed_answer_notice,
+    changed_note,
     citation_line,
     citation_view,
     cited_text,
@@ -45,6 +48,7 @@ from bot.texts.sources import (
     forgot_text,
     ingested_text,
     rejected_text,
+    replaced_text,
     sample_text,
     source_choice_text,
     sources_text,
@@ -69,6 +73,7 @@ from bot.texts.tree import (
 from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short_id, when
 
 __all__ = [
+    "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
     "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",

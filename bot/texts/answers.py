@@ -83,6 +83,20 @@ def ask_your_own_text(channel: str) -> str:
     return f"\nAsk your own: .venv/bin/python -m bot ask --channel {channel} \"...\""
 
 
+CHANGED_ANSWER = "⚠️ This answer cites material that changed after it was given."
+
+
+def changed_note(record: AnswerRecord) -> str:
+    """The one line an answer citing changed material carries where it is shown again
+    (a vote's or a form's thanks), on a line of its own; empty for any other answer."""
+    return f"\n{CHANGED_ANSWER}" if record.changed else ""
+
+
+def changed_answer_notice(title: str) -> str:
+    """The line posted in an answer's thread when a source it cites gets a new version."""
+    return f"{CHANGED_ANSWER} (“{title}” has a new version; ask again for an answer from it.)"
+
+
 def vote_text(up: bool, ups: int, downs: int) -> str:
     """Thanks for a vote, with the answer's tally."""
     return f"Thanks, your {'👍' if up else '👎'} is recorded (this answer: {ups} 👍, {downs} 👎)."
@@ -114,6 +128,7 @@ def feedback_report_text(answers: Sequence[AnswerRecord], shown: int = FEEDBACK_
     for record in downs:
         lines.append(f"• “{_clip(record.question)}” ({record.ups} 👍, {record.downs} 👎, {when(record.answered_at)})")
         lines += [f"    – {_clip(reason)}" for reason in record.reasons.values() if reason]
+        lines += [f"    {CHANGED_ANSWER}"] if record.changed else []
     lines.append(f"Questions I could not answer ({len(missed)}, newest last):" if missed
                  else "Every question asked here found an answer in the material.")
     lines += [f"• “{_clip(record.question)}” ({when(record.answered_at)})" for record in missed]

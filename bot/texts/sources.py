@@ -57,12 +57,31 @@ def added_text(result: IngestResult) -> str:
     )
 
 
-def updated_text(result: IngestResult) -> str:
-    """What an edit of a pinned message, or a reply added to a pinned thread, did to its source."""
+def updated_text(result: IngestResult, changed_answers: int = 0) -> str:
+    """What an edit of a pinned message, or a reply added to a pinned thread, did to its source,
+    and how many answers given before cite its earlier text."""
     return (
         f"Updated “{result.source.title}”: it changed since it was pinned, and the new text "
         f"({count(result.leaves, 'excerpt')}) answers from now on; its summaries follow with the next rebuild."
+        + _changed_answers_text(changed_answers)
     )
+
+
+def replaced_text(result: IngestResult, replaced: int, changed_answers: int = 0) -> str:
+    """What a file uploaded again under a name the channel holds did: it replaced the earlier file."""
+    earlier = "the earlier file" if replaced == 1 else f"{replaced} earlier files"
+    return (
+        f"Replaced {earlier} named “{result.source.file_name}” with this one, “{result.source.title}” "
+        f"({count(result.leaves, 'excerpt')}): it answers from now on; its summaries follow with the next rebuild."
+        + _changed_answers_text(changed_answers)
+    )
+
+
+def _changed_answers_text(changed_answers: int) -> str:
+    if not changed_answers:
+        return ""
+    return (f" {count(changed_answers, 'answer')} given before cited the earlier text: "
+            "each now says it cites material that changed after it was given.")
 
 
 def ingested_text(path: Path, result: IngestResult) -> str:

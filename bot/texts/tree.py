@@ -57,12 +57,20 @@ def _state_lines(stats: TreeStats) -> list[str]:
     ]
     if stats.pending_sources:
         lines.append(
-            f"{count(stats.pending_sources, 'source')} added or removed since; "
+            f"{count(stats.pending_sources, 'source')} changed since it was built{_change_kinds(stats)}; "
             "the next rebuild brings the summaries up to date."
         )
     else:
         lines.append("Up to date with its sources.")
     return lines
+
+
+def _change_kinds(stats: TreeStats) -> str:
+    """`` (edited or replaced)``, `` (added or removed)`` or `` (2 edited or replaced, 1 added or removed)``."""
+    edited, others = stats.changed_sources, stats.pending_sources - stats.changed_sources
+    if edited and others:
+        return f" ({edited} edited or replaced, {others} added or removed)"
+    return " (edited or replaced)" if edited else " (added or removed)"
 
 
 def layers_text(nodes_per_layer: dict[int, int]) -> str:

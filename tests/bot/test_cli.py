@@ -211,7 +211,7 @@ def test_the_question_set_holds_the_answers_people_found_right(tmp_path: Path) -
     lines = [json.loads(line) for line in question_set(kept)]
     assert [line["answer_id"] for line in lines] == ["a", "e"]
     assert lines[0] == {"question": "question a?", "answer": "answer a", "source_ids": ["s1"], "answer_id": "a",
-                        "answered_at": "2026-12-04T10:00:00Z", "ups": 1, "downs": 0}
+                        "answered_at": "2026-12-04T10:00:00Z", "ups": 1, "downs": 0, "changed": False}
     assert channel_key("slack/T1/C9") == ChannelKey("slack", "T1", "C9")
     assert channel_key("team") == ChannelKey("cli", "local", "team")
     code, out = run("--data-dir", str(tmp_path / "data"), "questions", "--channel", "slack/T1/C9")

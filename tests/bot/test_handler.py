@@ -322,7 +322,7 @@ def test_status_text(engine: Engine, channel: ChannelKey, tmp_path: Path) -> Non
         status = (await s.do(s.command(GUEST, "status"))).text
         assert status.startswith("2 sources in this channel; tree v1 built ")
         assert "Nodes: 1 excerpt (layer 0)." in status
-        assert "1 source added or removed since; the next rebuild brings the summaries up to date." in status
+        assert "1 source changed since it was built (added or removed); the next rebuild brings the summaries up to date." in status
         listed = (await s.do(s.command(GUEST, "sources"))).text
         assert listed.startswith("2 sources:") and "“Ana: Deploys are frozen on Fridays after noon, so…” · message · added by Guest on " in listed
 

@@ -190,7 +190,7 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
         await console.handle_line("When is the staging database refreshed?")
         assert citations(terminal.take())  # the other source still answers
         await console.handle_line("/status")
-        assert "1 source added or removed since" in terminal.take()
+        assert "1 source changed since it was built (added or removed)" in terminal.take()
 
         assert not await console.handle_line("/quit")
 
