@@ -43,7 +43,8 @@ DRAFT_CHARS = 2000  # a message's content limit
 
 class ChannelSend:
     """The ``Send`` of an event that came as a message or a pin: posts in its channel (or
-    thread), each reply's first message as a Discord reply to ``reply_to``. With
+    thread), each reply's first message as a Discord reply to ``reply_to``; a reply naming
+    another thread of the server (``Reply.thread``) goes there. With
     ``thread_name``, the first reply opens a thread from ``reply_to`` and everything
     goes there (falling back to the channel if the thread cannot be made).
 
@@ -61,6 +62,8 @@ class ChannelSend:
     async def __call__(self, reply: Reply) -> None:
         async with self._lock:  # one reply's messages stay together, in order
             destination = await self._target()
+            if reply.thread and reply.thread != str(getattr(destination, "id", "")):
+                destination = await self._thread(reply.thread) or destination
             reference = None
             if self._reply_to is not None and destination is self._channel:
                 reference = self._reply_to.to_reference(fail_if_not_exists=False)
@@ -108,6 +111,22 @@ class ChannelSend:
             except (discord.HTTPException, OSError) as exc:
                 log.warning("cannot open a thread on message %s (%s); replying in the channel", self._reply_to.id, exc)
         return self._destination
+
+    async def _thread(self, thread_id: str) -> Any:
+        """Another thread of this channel's server, named by a reply (a note for an answer
+        given there); None when it is gone or cannot be seen (the reply goes where this
+        send posts instead)."""
+        guild = getattr(self._channel, "guild", None)
+        if guild is None or not thread_id.isdigit():
+            return None
+        thread = guild.get_thread(int(thread_id))
+        if thread is not None:
+            return thread
+        try:
+            return await guild.fetch_channel(int(thread_id))
+        except (discord.HTTPException, OSError) as exc:
+            log.info("thread %s cannot be reached (%s); replying where the event came from", thread_id, exc)
+            return None
 
     async def _notify(self, destination: Any, reference: str) -> None:
         notice = render.send_failed_reply(reference)

@@ -353,6 +353,26 @@ def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, t
     run_world(engine, tmp_path, body)
 
 
+def test_an_answer_in_a_thread_is_told_when_a_source_it_cites_changes(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake, general, alice = world.fake, world.channel("general"), world.alice
+        freeze = await fake.post(general, alice["user"], FREEZE_NOTE, alice)
+        await fake.pin(general, freeze["id"])
+        await world.bot_posts(general, 1)
+        question = await world.mention("general", "When are deploys frozen?")
+        thread_id = question["id"]  # answered in a thread opened from the question
+        (answer,) = await world.bot_posts(thread_id, 1)
+        assert "Fridays" in answer["embeds"][0]["description"]
+
+        await fake.edit(general, freeze["id"], FREEZE_NOTE.replace("Fridays", "Thursdays"))
+        (_, updated) = await world.bot_posts(general, 2)
+        assert "1 answer given before cited the earlier text" in updated["content"], updated["content"]
+        (_, notice) = await world.bot_posts(thread_id, 2)  # said where the answer is, not in the channel
+        assert "This answer cites material that changed after it was given" in message_text(notice), notice
+
+    run_world(engine, tmp_path, body, reply_in_thread=True)
+
+
 def test_pins_are_read_page_by_page(engine: Engine, tmp_path: Path) -> None:
     async def body(world: World) -> None:
         fake, secret = world.fake, world.channel("secret")

@@ -337,11 +337,12 @@ def test_pins_threads_and_unpins_feed_the_sources(engine: Engine, tmp_path: Path
 def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, tmp_path: Path, mode: str) -> None:
     question = "When are deploys frozen?"
 
-    async def answer(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> str:
+    async def answer(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> tuple[str, str]:
+        """The answer's text, and the thread it went to."""
         asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {question}")
         [posted] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
         await settle(running, bot)
-        return str(posted["text"])
+        return str(posted["text"]), str(asked["ts"])
 
     async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
         note, _ = await slack.user_says(CHANNEL, BEN, "Deploys are frozen on Fridays after noon.")
@@ -349,7 +350,7 @@ def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, t
         await slack.pin(CHANNEL, ANA, note["ts"])
         await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"]), what="the pin's note")
         await settle(running, bot)
-        before = await answer(slack, running, bot)
+        before, answered_in = await answer(slack, running, bot)
         assert "Fridays" in before, before
 
         await slack.edit(CHANNEL, other["ts"], "Lunch is at two.")  # no source: nothing said, nothing stored
@@ -357,6 +358,9 @@ def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, t
         [_, updated] = await slack.wait_until(lambda: slack.posts(CHANNEL, note["ts"])[1:] and
                                               slack.posts(CHANNEL, note["ts"]), what="the edit's note")
         assert updated["text"].startswith("Updated “Ben: Deploys are frozen on Thursdays"), updated["text"]
+        [_, told] = await slack.wait_until(lambda: slack.posts(CHANNEL, answered_in)[1:] and
+                                           slack.posts(CHANNEL, answered_in), what="the answer's note")
+        assert "This answer cites material that changed after it was given" in told["text"], told  # in its thread
         await settle(running, bot)
         sources = [s for s in engine.sources(key()) if s.external_id == f"{CHANNEL}:{note['ts']}"]
         assert len(sources) == 1, sources  # the earlier text is gone, not kept beside the new one
@@ -364,7 +368,7 @@ def test_an_edited_pinned_message_changes_what_the_bot_answers(engine: Engine, t
         assert sources[0].link == slack.permalink_of(CHANNEL, note["ts"])
         assert not slack.posts(CHANNEL, other["ts"])
         assert len(engine.sources(key())) == 1
-        after = await answer(slack, running, bot)
+        after, _ = await answer(slack, running, bot)
         assert "Thursdays" in after and "Fridays" not in after, after
 
     run(engine, tmp_path, mode, body)
