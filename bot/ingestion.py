@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 TITLE_WORDS = 8  # a pin's title is its first words...
 TITLE_CHARS = 60  # ...cut to at most this many characters
 MIN_ID_PREFIX = 6  # as Engine.find_source: shorter prefixes match too much
+_MESSAGE_KINDS = (SourceKind.MESSAGE, SourceKind.THREAD)  # what a pinned message's own text is stored as
 _ADDED_BY = re.compile(r"(?P<name>.*?) ?\(id (?P<id>[^()]+)\)", re.DOTALL)
 
 
@@ -87,8 +88,10 @@ def update_pin(engine: Engine, pin: Pin) -> SourceUpdate | None:
     when ``pin`` brings no link; then it replaces the earlier versions (see
     :func:`replace_versions`): if storing fails, the old text keeps answering. The same text
     again (an edit that changed nothing we keep, a link unfurled) is a ``duplicate`` and
-    changes nothing. Raises ``BotError`` when the message has no text any more."""
-    earlier = engine.sources(pin.channel, external_id=pin.external_id)
+    changes nothing; the message's files, sources of their own, stay as they are. Raises
+    ``BotError`` when the message has no text any more."""
+    # The message's files are sources under its external id too: they are not its text.
+    earlier = [s for s in engine.sources(pin.channel, external_id=pin.external_id) if s.kind in _MESSAGE_KINDS]
     if not earlier:
         return None
     document = replace(pin_document(pin), added_by=earlier[-1].added_by, link=pin.link or earlier[-1].link)

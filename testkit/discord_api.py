@@ -16,8 +16,9 @@ What it models, because the bot depends on it:
   session (:attr:`FakeDiscord.resumable`), else an invalid session; the content of
   a message is blanked, as Discord does, when the client lacks the message
   content intent and the message neither mentions the bot nor is a DM;
-* messages: create (JSON or multipart with files), history, fetch, pins
-  (the paginated ``GET /channels/{id}/messages/pins`` of discord.py 2.7),
+* messages: create (JSON or multipart with files), history, fetch (saying whether
+  the message is pinned), pins (the paginated ``GET /channels/{id}/messages/pins`` of
+  discord.py 2.7),
   threads started from a message (with the starter message Discord puts first)
   and private threads;
 * Discord's message limits, answered with Discord's 400 error body
@@ -794,6 +795,10 @@ class FakeDiscord:
         regex = re.compile(pattern)
         return [c for c in self.calls[since:] if c.method == method and regex.search(c.path)]
 
+    def is_pinned(self, channel_id: str, message_id: str) -> bool:
+        """Whether the message is pinned in the channel now."""
+        return any(pinned_id == str(message_id) for pinned_id, _ in self.pins.get(channel_id, []))
+
     def bot_messages(self, channel_id: str) -> list[dict[str, Any]]:
         return [m for m in self.messages.get(channel_id, []) if m["author"]["id"] == self.bot_id]
 
@@ -1065,7 +1070,9 @@ class FakeDiscord:
 
     async def _get_message(self, call: Call, channel: str, message: str) -> web.Response:
         found = self._find(channel, message)
-        return _json(found) if found else _error(404, 10008, "Unknown Message")
+        if found is None:
+            return _error(404, 10008, "Unknown Message")
+        return _json({**found, "pinned": self.is_pinned(channel, message)})  # as Discord: pinned now or not
 
     async def _get_pins(self, call: Call, channel: str) -> web.Response:
         limit = min(int(call.params.get("limit", 50)), 50)

@@ -9,6 +9,9 @@ Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.clie
   the thread's history each time: nothing is remembered between events;
 * attachments of a message that mentions the bot, and of every message in a
   ``library_channels`` channel, are downloaded and added as sources;
+* a message in a thread started from a pinned message that is a source updates that
+  source first (:meth:`~adapters.discord_bot.pins.PinHandling.thread_grew`), then is
+  handled as any message in a thread;
 * other bots, system messages and places the configuration does not allow are
   ignored without a word. The bot shows it is typing while it works;
 * every front-end's gateway connection receives every message: one the bot would act on
@@ -50,10 +53,17 @@ class MessageHandling(ClientCore):
             place = await self._place(message.channel, message.guild.id if message.guild else None)
             if not self.scope.allows(place):
                 return
+            if translate.is_thread(message.channel):
+                await self.thread_grew(message)  # before answering: a follow-up then reads the updated source
             try:
                 await self._message(message, place)
             except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                 await self._failed(f"handling message {message.id}", ChannelSend(message.channel, message))
+
+    async def thread_grew(self, message: discord.Message) -> None:
+        """A message was posted in a thread. Nothing here: the pins part of the client,
+        :class:`~adapters.discord_bot.pins.PinHandling` (before this one in the client's
+        bases), overrides it to keep a pinned thread's source up to date."""
 
     async def _message(self, message: discord.Message, place: Place) -> None:
         addressed = place.guild_id is None or translate.mentions_bot(message, self.bot_id)

@@ -15,6 +15,15 @@ made by one only, the first to claim it in the bot's delivery ledger: a pin by
 pinned; pinning a message again is another change). Discord says neither who pinned nor
 when a message was unpinned, so the unpin's time is the one this front-end saw the
 message pinned at, or else, when it never saw it pinned, the update's last pin time.
+
+A pinned message that starts a thread is one source of the whole thread, so a message
+posted in that thread later (not by a bot: bots' messages are never part of it) makes the
+source take the thread as it is now, as an edit of the pinned message does (see
+:meth:`PinHandling.thread_grew`); the handler says "updated" only when the text changed.
+Whether the starter (the message of the thread's id, in the parent channel) is pinned is
+read from this front-end's last look at the parent's pins, else (no pins update seen since
+it started) from the starter itself, fetched once per thread. Each such message is handled
+by one front-end, the first to claim ``discord:thread-reply:<thread>:<message>``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from bot.runtime import Assistant
 log = logging.getLogger(__name__)
 
 PINNED_THREAD_LIMIT = 500  # messages of a pinned thread that become its source
+STARTERS_REMEMBERED = 1024  # threads whose starter was fetched to learn whether it is pinned
 
 
 class PinHandling(ClientCore):
@@ -49,6 +59,9 @@ class PinHandling(ClientCore):
         super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
         self._pin_locks: dict[int, asyncio.Lock] = {}  # one per channel: its changes, one at a time
         self._pinned_at: dict[int, dict[int, str]] = {}  # channel -> its pinned messages at the last look -> when
+        # thread -> whether its starter was pinned when fetched; read only while its parent is
+        # not in _pinned_at (any pins change there fills that, so no stale answer outlives it)
+        self._starter_pinned: dict[int, bool] = {}
 
     async def on_guild_channel_pins_update(self, channel: Any, last_pin: Any) -> None:
         await self._pins_changed(channel, last_pin)
@@ -78,6 +91,60 @@ class PinHandling(ClientCore):
                     await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(channel, message))
                 except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"updating pinned message {message.id}", ChannelSend(channel, message))
+
+    async def thread_grew(self, message: discord.Message) -> None:
+        """A message posted in a thread: when the thread starts from a pinned message that is
+        a source, the source takes the thread as it is now, root and every reply (the handler
+        says "updated" only when the text changed; see :class:`~bot.neutral.Pin`), where the
+        pin's "added" went. Threads that cannot start from a message (private ones, forum
+        posts) cost nothing, nor do others when this front-end knows the parent's pins.
+        Called by ``on_message``, inside its tracking; never raises (failures are reported)."""
+        thread = message.channel
+        parent = message_thread_parent(thread)
+        if parent is None or message.author.bot:  # bots' messages are no part of a pinned thread
+            return
+        place = translate.place_of(parent)
+        if not self.scope.allows(place):
+            return
+        # A failure is said where the pin's replies go: in the parent, under the starter.
+        send = ChannelSend(parent, parent.get_partial_message(thread.id))
+        try:
+            if not await self._starter_is_pinned(parent, thread.id):
+                return
+            if not await self.raptor.first_delivery(f"discord:thread-reply:{thread.id}:{message.id}"):
+                return
+            async with self._pin_locks.setdefault(parent.id, asyncio.Lock()):
+                await self._update_thread(parent, thread.id, place)
+        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            await self._failed(f"updating the pinned thread {thread.id} after message {message.id}", send)
+
+    async def _starter_is_pinned(self, parent: discord.TextChannel, thread_id: int) -> bool:
+        """Whether the message a thread was started from is pinned: as this front-end last
+        saw the parent's pins (each pins update refreshes that), else as the starter said
+        when fetched, once per thread (after a restart, before any pins update)."""
+        seen = self._pinned_at.get(parent.id)
+        if seen is not None:
+            return thread_id in seen
+        if thread_id not in self._starter_pinned:
+            starter = await fetch_starter(parent, thread_id)
+            self._starter_pinned[thread_id] = starter is not None and starter.pinned
+            if len(self._starter_pinned) > STARTERS_REMEMBERED:  # the oldest answer goes first
+                del self._starter_pinned[next(iter(self._starter_pinned))]
+        return self._starter_pinned[thread_id]
+
+    async def _update_thread(self, parent: discord.TextChannel, thread_id: int, place: Place) -> None:
+        """The pinned thread's source, if the bot holds one, takes the thread as it is now.
+        The starter is fetched here, under the channel's pin lock, so that an edit of it
+        handled meanwhile is not undone by its older text."""
+        starter = await fetch_starter(parent, thread_id)
+        if starter is None or not starter.pinned or starter.author.id == self.bot_id:
+            return  # gone or unpinned since (the pins update handles that), or an answer: no source
+        if starter.thread is None:  # not in discord.py's cache: without its replies the source would lose them
+            log.warning("thread %s of pinned message %s is not known here; its source is left as it is",
+                        thread_id, starter.id)
+            return
+        pin = await self._pin_of(parent, starter, place)
+        await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(parent, starter))
 
     async def _pins_changed(self, channel: Any, last_pin: Any = None) -> None:
         """Adds newly pinned messages and removes unpinned ones (see :func:`translate.pin_changes`).
@@ -165,6 +232,26 @@ def unpin_key(external_id: str, pinned_at: Mapping[int, str], last_pin: str) -> 
     channel_id, _, message_id = external_id.rpartition("/")
     when = pinned_at.get(int(message_id), "") if message_id.isdigit() else ""
     return f"discord:unpin:{channel_id}:{message_id}:{when or 'last-' + last_pin}"
+
+
+def message_thread_parent(channel: Any) -> discord.TextChannel | None:
+    """The channel a thread may have been started from a message of (its parent), or None:
+    not a thread, a private thread (never started from a message), a forum post (its first
+    message is in the thread itself), or a parent discord.py does not know."""
+    if not translate.is_thread(channel) or translate.is_private_thread(channel):
+        return None
+    parent = channel.parent
+    return parent if isinstance(parent, discord.TextChannel) else None
+
+
+async def fetch_starter(parent: discord.TextChannel, thread_id: int) -> discord.Message | None:
+    """The message a thread was started from (it has the thread's id, in the parent), or
+    None when there is none (a thread started without one) or the bot may not read it."""
+    try:
+        return await parent.fetch_message(thread_id)
+    except (discord.NotFound, discord.Forbidden) as exc:
+        log.debug("no readable starter message %s in channel %s: %s", thread_id, parent.id, exc)
+        return None
 
 
 def _stamp(moment: Any) -> str:
