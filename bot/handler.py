@@ -393,14 +393,17 @@ class ChatHandler:
 
     async def _pin_edited(self, pin: Pin, send: Send) -> None:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
-        Nothing is said for a message that is no source, nor for an edit that changed nothing kept."""
+        Nothing is said for a message that is no source, nor for an edit that changed nothing kept,
+        nor for a pinned thread that grew by a reply (see ``Pin.grew``) but to its answers."""
         update = await self._engine.run(lambda engine: update_pin(engine, pin))
         if update is None or not update.replaced:
             return
-        log.info("channel %s: source %s updated after an edit of %s (%d answers cite its earlier text)",
-                 pin.channel, update.result.source.id[:12], pin.external_id, len(update.changed_answers))
+        log.info("channel %s: source %s updated after %s %s (%d answers cite its earlier text)", pin.channel,
+                 update.result.source.id[:12], "a reply to" if pin.grew else "an edit of", pin.external_id,
+                 len(update.changed_answers))
         self._scheduler.watch(pin.channel)
-        await send(Reply(ReplyKind.INFO, replies.updated_text(update.result, len(update.changed_answers))))
+        if not pin.grew:
+            await send(Reply(ReplyKind.INFO, replies.updated_text(update.result, len(update.changed_answers))))
         await self._tell_changed_answers(update, send)
 
     async def _tell_changed_answers(self, update: SourceUpdate, send: Send) -> None:

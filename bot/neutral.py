@@ -82,7 +82,11 @@ class Pin:
 
     ``edited``: the message was edited, and the platform does not say whether it is pinned.
     Its source, if it is one, takes the new text; a message that is no source is left alone
-    and nothing is said (every edit in the channel arrives so)."""
+    and nothing is said (every edit in the channel arrives so).
+
+    ``grew`` (with ``edited``): a reply was added to the thread the message starts. Its
+    source takes the thread as it is now, quietly: a word from the bot for every reply in
+    a pinned thread would be noise (answers citing it are still told)."""
 
     channel: ChannelKey
     person: Person
@@ -92,6 +96,7 @@ class Pin:
     author: str = ""
     replies: tuple[str, ...] = ()
     edited: bool = False
+    grew: bool = False
 
 
 @dataclass(frozen=True, slots=True)

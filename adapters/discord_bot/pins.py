@@ -18,8 +18,8 @@ message pinned at, or else, when it never saw it pinned, the update's last pin t
 
 A pinned message that starts a thread is one source of the whole thread, so a message
 posted in that thread later (not by a bot: bots' messages are never part of it) makes the
-source take the thread as it is now, as an edit of the pinned message does (see
-:meth:`PinHandling.thread_grew`); the handler says "updated" only when the text changed.
+source take the thread as it is now, as an edit of the pinned message does but quietly
+(see :meth:`PinHandling.thread_grew` and ``Pin.grew``).
 Whether the starter (the message of the thread's id, in the parent channel) is pinned is
 read from this front-end's last look at the parent's pins, else (no pins update seen since
 it started) from the starter itself, fetched once per thread. Each such message is handled
@@ -94,10 +94,10 @@ class PinHandling(ClientCore):
 
     async def thread_grew(self, message: discord.Message) -> None:
         """A message posted in a thread: when the thread starts from a pinned message that is
-        a source, the source takes the thread as it is now, root and every reply (the handler
-        says "updated" only when the text changed; see :class:`~bot.neutral.Pin`), where the
-        pin's "added" went. Threads that cannot start from a message (private ones, forum
-        posts) cost nothing, nor do others when this front-end knows the parent's pins.
+        a source, the source takes the thread as it is now, root and every reply, quietly
+        (see ``Pin.grew``; answers citing it are told in their threads). Threads that cannot
+        start from a message (private ones, forum posts) cost nothing, nor do others when
+        this front-end knows the parent's pins.
         Called by ``on_message``, inside its tracking; never raises (failures are reported)."""
         thread = message.channel
         parent = message_thread_parent(thread)
@@ -144,7 +144,7 @@ class PinHandling(ClientCore):
                         thread_id, starter.id)
             return
         pin = await self._pin_of(parent, starter, place)
-        await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(parent, starter))
+        await self.raptor.handler.handle(replace(pin, edited=True, grew=True), ChannelSend(parent, starter))
 
     async def _pins_changed(self, channel: Any, last_pin: Any = None) -> None:
         """Adds newly pinned messages and removes unpinned ones (see :func:`translate.pin_changes`).

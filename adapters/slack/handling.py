@@ -267,7 +267,7 @@ class SlackAdapter:
 
     async def _thread_grew(self, reply: Origin, messages: list[dict[str, Any]]) -> None:
         """A reply was added to a thread: if the thread's root is a pinned source, the source
-        takes the thread as it is now, replies included (the handler tells; see ``Pin.edited``)."""
+        takes the thread as it is now, replies included, quietly (see ``Pin.grew``)."""
         root_ts = reply.thread_ts
         root = next((m for m in messages if m.get("ts") == root_ts), None)
         if root is None:
@@ -280,8 +280,8 @@ class SlackAdapter:
             person = await self.people.get(reply.user)
             label = (await self.people.get(author)).label if author else ""
             pinned = Pinned(origin, text=text, author=author, edited=True)
-            await self.bot.handler.handle(translate.pin(pinned, person, text, "", label, thread_replies),
-                                          self.outbox.sender(target))
+            grown = replace(translate.pin(pinned, person, text, "", label, thread_replies), grew=True)
+            await self.bot.handler.handle(grown, self.outbox.sender(target))
 
     # -- sources -------------------------------------------------------------------------
 

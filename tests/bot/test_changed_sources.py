@@ -135,3 +135,24 @@ def test_by_default_a_file_uploaded_again_is_kept_beside_the_earlier_one(
         assert replies.CHANGED_ANSWER.endswith(CHANGED)
 
     run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_a_pinned_thread_that_grew_is_updated_quietly_and_its_answers_are_told(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    async def body(s: Session) -> None:
+        root, first = "How do we roll back a release?", "Run the rollback job from the release page."
+        await s.do(s.pin(root, "t1", (first,)))
+        answer = await s.do(Question(channel, GUEST, "How do we roll back?", "t-q"))
+        assert answer.answer_id and answer.citations
+
+        later = "Then tell the release channel within ten minutes."
+        before = len(s.sent)
+        await s.handler.handle(Pin(channel, GUEST, root, "t1", author="Ana", replies=(first, later), edited=True,
+                                   grew=True), s.send)
+        (source,) = engine.sources(channel)
+        assert later in engine.store.channel(channel).source_text(source.id)
+        told = s.sent[before:]
+        assert [r.thread for r in told] == ["t-q"] and told[0].text.startswith(replies.CHANGED_ANSWER), told
+
+    run(engine, make_config(tmp_path, channel), channel, body)
