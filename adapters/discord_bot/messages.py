@@ -60,7 +60,7 @@ class MessageHandling(ClientCore):
             except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                 await self._failed(f"handling message {message.id}", ChannelSend(message.channel, message))
 
-    async def thread_grew(self, message: discord.Message) -> None:
+    async def thread_grew(self, message: discord.Message, change: str = "") -> None:
         """A message was posted in a thread. Nothing here: the pins part of the client,
         :class:`~adapters.discord_bot.pins.PinHandling` (before this one in the client's
         bases), overrides it to keep a pinned thread's source up to date."""

@@ -22,8 +22,9 @@ source take the thread as it is now, as an edit of the pinned message does but q
 (see :meth:`PinHandling.thread_grew` and ``Pin.grew``).
 Whether the starter (the message of the thread's id, in the parent channel) is pinned is
 read from this front-end's last look at the parent's pins, else (no pins update seen since
-it started) from the starter itself, fetched once per thread. Each such message is handled
-by one front-end, the first to claim ``discord:thread-reply:<thread>:<message>``.
+it started) from the starter itself, fetched once per thread. Each such message, and each
+edit of one, is handled by one front-end, the first to claim
+``discord:thread-reply:<thread>:<message>`` (``…:edit:<edited at>`` for an edit).
 """
 
 from __future__ import annotations
@@ -73,8 +74,14 @@ class PinHandling(ClientCore):
         """An edited message that is pinned: its source, if the bot holds one, takes the new
         text (the handler tells; see :class:`~bot.neutral.Pin`). Discord says in the update
         whether the message is pinned, so other edits cost nothing. One front-end handles
-        each edit: the first to claim ``discord:edit:<channel>:<message>:<edited at>``."""
+        each edit: the first to claim ``discord:edit:<channel>:<message>:<edited at>``.
+        An edited message in a thread changes the thread: a pinned thread's source takes it
+        (see :meth:`thread_grew`)."""
         message = payload.message
+        if translate.is_thread(message.channel) and not message.pinned:
+            with self._tracked():
+                await self.thread_grew(message, change=f":edit:{_stamp(message.edited_at)}")
+            return
         if not message.pinned or message.author.id == self.bot_id:
             return
         with self._tracked():
@@ -92,13 +99,14 @@ class PinHandling(ClientCore):
                 except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"updating pinned message {message.id}", ChannelSend(channel, message))
 
-    async def thread_grew(self, message: discord.Message) -> None:
+    async def thread_grew(self, message: discord.Message, change: str = "") -> None:
         """A message posted in a thread: when the thread starts from a pinned message that is
         a source, the source takes the thread as it is now, root and every reply, quietly
         (see ``Pin.grew``; answers citing it are told in their threads). Threads that cannot
         start from a message (private ones, forum posts) cost nothing, nor do others when
         this front-end knows the parent's pins.
-        Called by ``on_message``, inside its tracking; never raises (failures are reported)."""
+        ``change`` tells one change of the same message from another (an edit's time).
+        Called inside the client's tracking; never raises (failures are reported)."""
         thread = message.channel
         parent = message_thread_parent(thread)
         if parent is None or message.author.bot:  # bots' messages are no part of a pinned thread
@@ -111,7 +119,7 @@ class PinHandling(ClientCore):
         try:
             if not await self._starter_is_pinned(parent, thread.id):
                 return
-            if not await self.raptor.first_delivery(f"discord:thread-reply:{thread.id}:{message.id}"):
+            if not await self.raptor.first_delivery(f"discord:thread-reply:{thread.id}:{message.id}{change}"):
                 return
             async with self._pin_locks.setdefault(parent.id, asyncio.Lock()):
                 await self._update_thread(parent, thread.id, place)

@@ -344,7 +344,8 @@ class SlackAdapter:
     async def _edited(self, pinned: Pinned) -> None:
         """An edited message, for the handler to update its source if it is one. No working
         reaction (most edited messages are no source); a thread's root is read again with its
-        replies, as when it was pinned; its link stays the source's own."""
+        replies, as when it was pinned; its link stays the source's own. An edited reply
+        also changes its thread: a pinned thread's source takes it (see :meth:`_thread_grew`)."""
         origin = pinned.origin
         target = Target(origin.channel, origin.user, thread=origin.thread_ts or origin.ts)
         async with self._reporting(target, "an edited message"):
@@ -352,6 +353,14 @@ class SlackAdapter:
             text, thread_replies = await self._pinned_text(pinned) if origin.thread_ts else (pinned.text, ())
             pin = translate.pin(pinned, person, text, "", person.label, thread_replies)
             await self.bot.handler.handle(pin, self.outbox.sender(target))
+        if pinned.is_reply:
+            try:
+                messages = await slack_web.thread_messages(self.client, origin.channel, origin.thread_ts)
+            except slack_web.TRANSPORT_ERRORS as exc:
+                log.warning("reading thread %s in %s after an edited reply failed (%s): its source, if pinned, "
+                            "keeps the earlier text", origin.thread_ts, origin.channel, slack_web.error_code(exc))
+                return
+            await self._thread_grew(origin, messages)
 
     async def _pinned_text(self, pinned: Pinned) -> tuple[str, tuple[str, ...]]:
         """The pinned message's text and, for a thread's root, its replies (read from Slack:

@@ -122,6 +122,23 @@ def test_a_reply_in_a_pinned_thread_updates_its_source(engine: Engine, tmp_path:
     run_world(engine, tmp_path, body)
 
 
+def test_an_edited_reply_in_a_pinned_thread_changes_its_source(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake = world.fake
+        root, thread = await pinned_thread(world)
+        fix = await fake.post(thread, world.alice["user"], FIX, world.alice)
+        await grown(world, root, FIX)
+
+        await fake.edit(thread, fix["id"], "We now alert at seventy percent disk use.")
+        await grown(world, root, "seventy percent")
+        assert FIX not in thread_text(world, root)
+        await quiet(fake)
+        assert fake.bot_messages(thread) == [] and [m["content"].split(" ", 1)[0]
+                                                    for m in fake.bot_messages(world.channel("general"))] == ["Added"]
+
+    run_world(engine, tmp_path, body)
+
+
 def test_a_reply_that_changes_nothing_kept_says_nothing(engine: Engine, tmp_path: Path) -> None:
     async def body(world: World) -> None:
         fake = world.fake

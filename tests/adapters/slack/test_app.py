@@ -397,6 +397,12 @@ def test_a_pinned_thread_picks_up_replies_added_after_the_pin(engine: Engine, tm
         assert "rollback job" in thread_text()
         # Quietly: the bot said nothing in the thread but the pin's note.
         assert [p["text"].split(" ", 1)[0] for p in slack.posts(CHANNEL, root["ts"])] == ["Added"]
+
+        # A reply edited later changes the thread too: the source takes the new wording.
+        rollback = next(m for m in slack.thread(CHANNEL, root["ts"]) if "rollback job" in m.get("text", ""))
+        await slack.edit(CHANNEL, rollback["ts"], "Run the rollback job from the deploy dashboard.")
+        await slack.wait_until(lambda: "deploy dashboard" in thread_text(), what="the edited reply in the source")
+        assert "release page" not in thread_text()
         assert thread.link == slack.permalink_of(CHANNEL, root["ts"]) and "Ana" in thread.added_by
         assert not [p for p in slack.posts(CHANNEL, other["ts"]) if p["user"] == BOT_USER]
 
