@@ -99,8 +99,10 @@ def test_an_older_build_never_switches_back(any_store: ChromaStore, channel: Cha
     assert not slow.switch_to(_state(slow_version, slow_nodes, "d" * 64))
     reader = any_store.channel(channel)
     assert reader.live_state().version == served
+    ids, _ = reader.node_texts(served)  # read whole: the nearest-neighbour query below is approximate
+    assert sorted(ids) == sorted(node.id for node in fast_nodes)  # (a filtered HNSW search missed one once)
     hits = reader.query_tree(served, fast_vectors[0], 100)
-    assert len(hits) == 26 and {h.node.source_ids[0] for h in hits} == {"e" * 64}
+    assert hits and {h.node.source_ids[0] for h in hits} == {"e" * 64}
     newer = slow.next_version()  # the slow builder's next build is newer again, and is served
     slow.write_tree(newer, slow_nodes, slow_vectors)
     assert slow.switch_to(_state(newer, slow_nodes, "d" * 64))
@@ -119,8 +121,11 @@ def test_two_builders_of_one_version_never_mix(any_store: ChromaStore, channel: 
         one.switch_to(_state(version, one_nodes, "j" * 64))
     assert two.switch_to(_state(version, two_nodes, "k" * 64))
     assert not one.switch_to(_state(version, one_nodes, "j" * 64))  # not newer than the served one
-    hits = any_store.channel(channel).query_tree(version, one_vectors[0], 100)
-    assert len(hits) == 21 and {h.node.source_ids[0] for h in hits} == {"k" * 64}
+    reader = any_store.channel(channel)
+    ids, _ = reader.node_texts(version)  # read whole: the nearest-neighbour query below is approximate
+    assert sorted(ids) == sorted(node.id for node in two_nodes)
+    hits = reader.query_tree(version, one_vectors[0], 100)
+    assert hits and {h.node.source_ids[0] for h in hits} == {"k" * 64}
 
 
 def test_a_build_never_writes_over_a_tree_served_meanwhile(any_store: ChromaStore, channel: ChannelKey) -> None:
