@@ -59,7 +59,6 @@ from bot.ingestion import (
     ingest_correction,
     ingest_pin,
     ingest_upload,
-    ingest_upload_replacing,
     pin_document,
     pinned_sources,
     update_pin,
@@ -374,14 +373,10 @@ class ChatHandler:
 
     async def _upload(self, upload: Upload, send: Send) -> None:
         """Stores an uploaded file; with ``files.replace_same_name``, in place of the channel's
-        earlier files of that name (see :func:`ingest_upload_replacing`)."""
-        if self._config.files.replace_same_name:
-            def ingest(engine: Engine) -> SourceUpdate:
-                return ingest_upload_replacing(engine, upload)
-        else:
-            def ingest(engine: Engine) -> SourceUpdate:
-                return SourceUpdate(ingest_upload(engine, upload), (), ())
-        await self._add(upload, upload.size or len(upload.data), upload.filename, send, ingest)
+        earlier files of that name (see :func:`ingest_upload`)."""
+        replacing = self._config.files.replace_same_name
+        await self._add(upload, upload.size or len(upload.data), upload.filename, send,
+                        lambda engine: ingest_upload(engine, upload, replacing))
 
     async def _pin(self, pin: Pin, send: Send) -> None:
         if pin.edited:
@@ -389,7 +384,7 @@ class ChatHandler:
             return
         document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
         size = len(document.text.encode("utf-8"))
-        await self._add(pin, size, document.title, send, lambda engine: SourceUpdate(ingest_pin(engine, pin), (), ()))
+        await self._add(pin, size, document.title, send, lambda engine: SourceUpdate(ingest_pin(engine, pin)))
 
     async def _pin_edited(self, pin: Pin, send: Send) -> None:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).

@@ -35,16 +35,24 @@ _MESSAGE_KINDS = (SourceKind.MESSAGE, SourceKind.THREAD)  # what a pinned messag
 _ADDED_BY = re.compile(r"(?P<name>.*?) ?\(id (?P<id>[^()]+)\)", re.DOTALL)
 
 
-def ingest_upload(engine: Engine, upload: Upload) -> IngestResult:
-    """Loads the uploaded file and stores it as a source of its channel (blocking).
+def ingest_upload(engine: Engine, upload: Upload, replace_same_name: bool = False) -> SourceUpdate:
+    """Loads the uploaded file and stores it as a source of its channel (blocking); with
+    ``replace_same_name``, the channel's earlier files of that name are then replaced by it
+    (see :func:`replace_versions`): a file uploaded again with new content stands in for
+    its old version.
 
     Raises ``DocumentRejected`` (with the reason, for the person) when the file
     cannot be used; nothing is stored then.
     """
-    return engine.ingest_bytes(
+    result = engine.ingest_bytes(
         upload.channel, upload.data, upload.filename, upload.link, added_by(upload.person), upload.external_id,
         size=upload.size,
     )
+    name = result.source.file_name
+    if not replace_same_name or not name:
+        return SourceUpdate(result)
+    earlier = [s for s in engine.sources(upload.channel) if s.kind is SourceKind.FILE and s.file_name == name]
+    return replace_versions(engine, upload.channel, result, earlier)
 
 
 def ingest_pin(engine: Engine, pin: Pin) -> IngestResult:
@@ -73,12 +81,12 @@ def pin_document(pin: Pin) -> Document:
 
 @dataclass(frozen=True, slots=True)
 class SourceUpdate:
-    """A source replaced by its new version: the new version as stored, the versions it
-    replaced, and the kept answers that cited them (now marked as citing changed material)."""
+    """A source stored, and what it replaced: its earlier versions (none for a new source),
+    and the kept answers that cited them (now marked as citing changed material)."""
 
     result: IngestResult
-    replaced: tuple[Source, ...]
-    changed_answers: tuple[AnswerRecord, ...]
+    replaced: tuple[Source, ...] = ()
+    changed_answers: tuple[AnswerRecord, ...] = ()
 
 
 def update_pin(engine: Engine, pin: Pin) -> SourceUpdate | None:
@@ -96,15 +104,6 @@ def update_pin(engine: Engine, pin: Pin) -> SourceUpdate | None:
         return None
     document = replace(pin_document(pin), added_by=earlier[-1].added_by, link=pin.link or earlier[-1].link)
     return replace_versions(engine, pin.channel, engine.ingest(pin.channel, document), earlier)
-
-
-def ingest_upload_replacing(engine: Engine, upload: Upload) -> SourceUpdate:
-    """:func:`ingest_upload`, then the channel's earlier files of the same name are replaced by
-    it (blocking): a file uploaded again with new content stands in for its old version."""
-    result = ingest_upload(engine, upload)
-    name = result.source.file_name
-    earlier = [s for s in engine.sources(upload.channel) if s.kind is SourceKind.FILE and name and s.file_name == name]
-    return replace_versions(engine, upload.channel, result, earlier)
 
 
 def replace_versions(engine: Engine, key: ChannelKey, result: IngestResult, earlier: Sequence[Source]) -> SourceUpdate:
