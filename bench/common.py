@@ -1,10 +1,12 @@
 """Pieces shared by the benchmarks: data, engines, timing, memory, tables and JSON.
 
-The data is three L-Eval files found next to the repository under
+The data is five L-Eval files found next to the repository under
 ``shared/data``: ``quality-dev.jsonl`` (15 QuALITY articles with multiple-choice
 questions, the default of every benchmark), ``leval-patent-summ.jsonl`` (patents,
-one summary question each) and ``leval-review-summ.jsonl`` (hotels' reviews,
-six theme questions each). Each benchmark module (``bench.build``,
+one summary question each), ``leval-review-summ.jsonl`` (hotels' reviews,
+six theme questions each), ``leval-financial-qa.jsonl`` (earnings calls, detail
+questions on names and figures) and ``leval-natural-question.jsonl`` (Wikipedia
+articles, short factual questions). Each benchmark module (``bench.build``,
 ``bench.query``, ``bench.retrieval``, ``bench.answers``...) only adds its own
 measurement on top of these helpers.
 
@@ -55,12 +57,17 @@ from raptor_engine import (
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 QUALITY_STEM = "quality-dev"
 DEFAULT_DATA = DATA_ROOT / f"{QUALITY_STEM}.jsonl"
-# The three development sets by their short names (see shared/data/README.md).
+# The five development sets by their short names (see shared/data/README.md).
 SET_FILES = {
     "quality": f"{QUALITY_STEM}.jsonl",
     "patents": "leval-patent-summ.jsonl",
     "reviews": "leval-review-summ.jsonl",
+    "financial": "leval-financial-qa.jsonl",
+    "wikipedia": "leval-natural-question.jsonl",
 }
+# L-Eval's earnings-call questions open with a role sentence ("You are asked to act as a member of
+# the Financial Results Conference Call and answer the question: ..."); a person would not type it.
+_ROLE_PREFIX = re.compile(r"^\s*You are asked to act as .*?answer the question:\s*", re.IGNORECASE | re.DOTALL)
 LETTERS = "ABCD"
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 EMBED_BATCH = 32
@@ -153,10 +160,11 @@ def parse_question(instruction: str, output: str) -> Question:
 
 def read_question(instruction: str, output: str) -> Question:
     """A multiple-choice question when ``instruction`` carries options A-D and ``output`` names
-    one (see :func:`parse_question`); otherwise a free question whose gold is ``output``."""
+    one (see :func:`parse_question`); otherwise a free question whose gold is ``output``, its
+    role sentence ("You are asked to act as ... answer the question:") left out."""
     if _OPTION_START.search(instruction) and _ANSWER_LETTER.match(output):
         return parse_question(instruction, output)
-    return Question(instruction.strip(), output.strip())
+    return Question(_ROLE_PREFIX.sub("", instruction).strip(), output.strip())
 
 
 def article_title(text: str, index: int) -> str:

@@ -34,7 +34,7 @@ from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
 from raptor_engine.channel_writers import ChannelWriters, utc_now
 from raptor_engine.clustering import ClusteringSettings
-from raptor_engine.errors import ChannelError, NodeNotFound
+from raptor_engine.errors import ChannelError, NodeNotFound, NoMaterial
 from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as IngestResult
 from raptor_engine.lexical import LexicalIndex
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
@@ -356,6 +356,8 @@ class Engine:
                 f"{self._embedder.model_id!r} is configured now: rebuild the channel"
             )
         sources = {s.id: s for s in channel.list_sources()}
+        if not sources:
+            raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
         pending = [sid for sid in sources if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.

@@ -8,6 +8,7 @@ are translated where they enter, so a caller needs to catch only this tree::
     ├── DocumentRejected      a file could not become a source (says which and why)
     ├── ChannelError          the request does not fit the channel's state
     │   ├── NothingToBuild    the channel has no sources
+    │   ├── NoMaterial        a question was asked of a channel with no sources
     │   └── NodeNotFound      no node with that id in the channel's tree
     ├── BuildError            a rebuild stopped; the previous tree still serves
     │   └── SpendingLimitReached  ... before passing its ceiling of model calls or tokens
@@ -65,6 +66,11 @@ class ChannelError(RaptorError):
 
 class NothingToBuild(ChannelError):
     """A rebuild was asked of a channel that has no sources."""
+
+
+class NoMaterial(ChannelError):
+    """A question was asked of a channel that holds no sources (none was ever added, or all
+    were forgotten): nothing was searched, which is not the same as "searched, nothing found"."""
 
 
 class NodeNotFound(ChannelError):
