@@ -18,7 +18,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING, TextIO
 # Only light modules here: a rebuild starts the clustering worker before the engine's
 # imports (scikit-learn, Chroma, the model: seconds), so that the two overlap.
 from bot.config import Config, load_config
-from bot.errors import BotError, explain
-from raptor_engine import AnswerRecord, BuildReport, ChannelKey, Hit, RaptorError, RetrievalMode
+from bot.errors import BotError, NothingToAsk, explain
+from raptor_engine import AnswerRecord, BuildReport, ChannelKey, Hit, NoMaterial, RaptorError, RetrievalMode
 
 if TYPE_CHECKING:
     from bot.data_lock import DataLock
@@ -161,9 +162,12 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     if args.command == "rebuild":
         print(replies.report_text(_rebuild(engine, channel)), file=stdout)
     elif args.command == "ask":
-        print(replies.answer_text(asyncio.run(engine.answer(channel, args.question))), file=stdout)
+        with _asking(engine, channel):
+            answer = asyncio.run(engine.answer(channel, args.question))
+        print(replies.answer_text(answer), file=stdout)
     elif args.command == "retrieve":
-        _retrieve(engine, channel, args, stdin, stdout)
+        with _asking(engine, channel):
+            _retrieve(engine, channel, args, stdin, stdout)
     elif args.command == "inspect":
         print(_inspect(engine, channel, args.node), file=stdout)
     elif args.command == "sources":
@@ -185,6 +189,33 @@ def channel_key(text: str) -> ChannelKey:
     if len(parts) == 3 and all(parts):
         return ChannelKey(*parts)
     return ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, text)
+
+
+def channel_name(key: ChannelKey) -> str:
+    """How ``--channel`` names ``key`` (the inverse of :func:`channel_key`): a command-line
+    channel by its plain name, any other by its full key."""
+    if (key.platform, key.workspace) == (CLI_PLATFORM, CLI_WORKSPACE):
+        return key.channel
+    return str(key)
+
+
+@contextmanager
+def _asking(engine: Engine, channel: ChannelKey) -> Iterator[None]:
+    """Around the questions a command asks of ``channel``: raises ``NothingToAsk`` (one line on
+    stderr, exit 1, as every error a person can fix) when there is nothing to search, saying
+    which case it is. A channel the store does not know (never used, or dropped when its last
+    source was forgotten) is refused before anything is asked (asking would register it, and
+    the next run would call it known); a known channel with no source is the engine's
+    ``NoMaterial``, raised by the first question."""
+    from bot import replies
+
+    known = engine.channels()
+    if channel not in known:
+        raise NothingToAsk(replies.unknown_channel_text(channel_name(channel), [channel_name(k) for k in known]))
+    try:
+        yield
+    except NoMaterial as exc:
+        raise NothingToAsk(replies.empty_channel_text(channel_name(channel), channel.platform != CLI_PLATFORM)) from exc
 
 
 def question_set(answers: Iterable[AnswerRecord]) -> list[str]:

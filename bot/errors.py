@@ -2,7 +2,8 @@
 
     BotError
     ├── ConfigError   the configuration file or environment is invalid
-    └── DataDirInUse  another living process holds the embedded data directory
+    ├── DataDirInUse  another living process holds the embedded data directory
+    └── NothingToAsk  a question named a channel with nothing to search (unknown, or no sources)
 
 Engine errors (``raptor_engine.errors.RaptorError``) pass through unchanged:
 they are already written for the person who caused them.
@@ -34,6 +35,12 @@ class DataDirInUse(BotError):
             f"The data directory {directory} is in use by {holder}. Use that process, "
             "or a Chroma server (chroma.host in the configuration) to run several processes."
         )
+
+
+class NothingToAsk(BotError):
+    """A question (the command line's ``ask`` or ``retrieve``) named a channel with nothing to
+    search: one the store has never seen, or one holding no source (none added yet, or all
+    forgotten). Not "searched, nothing found": the message says which of the two, and what to do."""
 
 
 _CEILING_KEYS = {"calls": "llm.max_calls_per_rebuild", "tokens": "llm.max_tokens_per_rebuild"}

@@ -14,6 +14,10 @@ Contracts:
   ``BotError``) become an ERROR reply carrying their message. Anything else is
   logged with ``log.exception`` and a short reference id, and becomes an ERROR
   reply naming that reference, so an operator can find the full story.
+- A question in a channel that holds no source (the engine's ``NoMaterial``: nothing was
+  searched) is no failure: it gets the INFO reply ``replies.NO_MATERIAL`` (what to add),
+  streamed or not, is logged at INFO and counted as the question outcome ``no_material``,
+  never as an error nor as ``not_found``.
 - ``rebuild`` and ``forget`` are for the channel's admins only (see
   :func:`bot.commands.may_manage`); questions are limited per person and
   minute, rebuild requests per channel and hour, each refusal saying when to
@@ -86,7 +90,7 @@ from bot.scheduler import RequestResult
 from bot.streaming import DraftPacer
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
-from raptor_engine import Answer, AnswerStream, ChannelKey, RaptorError
+from raptor_engine import Answer, AnswerStream, ChannelKey, NoMaterial, RaptorError
 
 if TYPE_CHECKING:
     from bot.rebuild_service import RebuildService
@@ -195,7 +199,8 @@ class ChatHandler:
             self.metrics.observe_question(event.channel.platform, outcome, time.monotonic() - started)
 
     async def _answer(self, event: Question | Command, text: str, send: Send) -> str:
-        """Answers and returns the outcome: ``answered``, ``not_found`` or ``refused``."""
+        """Answers and returns the outcome: ``answered``, ``not_found`` (searched, nothing
+        relevant), ``no_material`` (the channel holds no source: nothing to search) or ``refused``."""
         if not text.strip():
             await send(Reply(ReplyKind.INFO, replies.EMPTY_QUESTION, thread=event.thread))
             return "refused"
@@ -209,19 +214,35 @@ class ChatHandler:
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
         if isinstance(send, DraftingSend) and self._engine.streams_answers:
             return await self._streamed_answer(event, text, query, send)
-        answer = await self._engine.answer(key, query)
+        try:
+            answer = await self._engine.answer(key, query)
+        except NoMaterial:
+            await send(self._no_material(event))
+            return "no_material"
         return await self._reply_with(event, text, answer, send)
+
+    def _no_material(self, event: Question | Command) -> Reply:
+        """The INFO reply to a question asked of a channel that holds no source (the engine's
+        ``NoMaterial``): nothing was searched, so it says what to add, never "not found". A
+        normal situation, not a failure: logged at INFO, counted as no error."""
+        log.info("channel %s: a question, but the channel has no material yet", event.channel)
+        return Reply(ReplyKind.INFO, replies.NO_MATERIAL, thread=event.thread)
 
     async def _streamed_answer(self, event: Question | Command, text: str, query: str, send: DraftingSend) -> str:
         """:meth:`_answer` with the answer shown while it is written (see the module docstring).
         A failure ends the draft with its ERROR reply here (it is not raised: the draft, not a
-        new message, must say it), and the outcome is ``failed``."""
+        new message, must say it), and the outcome is ``failed``. A channel with no material
+        (``NoMaterial``, raised before anything is shown) gets the same INFO reply as
+        :meth:`_answer` gives, through the draft (which, having shown nothing, simply sends it)."""
         pacer = DraftPacer(send.draft(event.thread))
         try:
             stream: AnswerStream = await self._engine.answer_stream(event.channel, query)
             async for piece in stream:
                 pacer.add(piece)
             return await self._reply_with(event, text, stream.answer, pacer.finish)
+        except NoMaterial:
+            await pacer.finish(self._no_material(event))
+            return "no_material"
         except Exception as exc:
             failure = self._failure_reply(event, exc)
             if pacer.finished:  # the draft's own finish failed: the error goes as a message of its own
@@ -235,9 +256,6 @@ class ChatHandler:
     async def _reply_with(self, event: Question | Command, text: str, answer: Answer, send: Send) -> str:
         """Keeps and sends ``answer`` to ``text``; the outcome (``answered`` or ``not_found``)."""
         key = event.channel
-        if not answer.found and not await self._engine.sources(key):
-            await send(Reply(ReplyKind.INFO, replies.NO_MATERIAL, thread=event.thread))
-            return "not_found"
         if self._config.llm.base_url:
             self.metrics.count_model_call("answer")  # the answer's tokens are not reported back
         answer_id = await self._keep(key, text, answer, event.person.label, event.thread)

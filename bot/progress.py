@@ -12,10 +12,12 @@ class TerminalProgress:
     """A ``ProgressCallback`` that draws a tqdm bar on a terminal and prints a line
     per stage change otherwise (logs, pipes), so progress never floods a file."""
 
-    def __init__(self, stream: TextIO = sys.stderr, plain_lines: bool = True) -> None:
-        """``plain_lines=False`` shows nothing at all when ``stream`` is not a terminal."""
-        self._stream = stream
-        self._interactive = stream.isatty()
+    def __init__(self, stream: TextIO | None = None, plain_lines: bool = True) -> None:
+        """``stream`` defaults to ``sys.stderr`` as it is now (not as it was at import: a
+        caller, or a test, may have replaced it since). ``plain_lines=False`` shows nothing at
+        all when ``stream`` is not a terminal."""
+        self._stream = stream if stream is not None else sys.stderr
+        self._interactive = self._stream.isatty()
         self._plain_lines = plain_lines
         self._bar = None
         self._current: tuple[str, int] | None = None

@@ -29,6 +29,7 @@ from bot.texts.answers import (
 )
 from bot.texts.outline import outline_text
 from bot.texts.requests import (
+    empty_channel_text,
     error_text,
     help_text,
     question_limit_text,
@@ -37,6 +38,7 @@ from bot.texts.requests import (
     source_cap_text,
     stored_cap_text,
     unexpected_text,
+    unknown_channel_text,
     upload_budget_text,
     upload_limit_text,
     usage_text,
@@ -78,11 +80,11 @@ __all__ = [
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",
-    "error_text", "feedback_report_text", "feedback_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
+    "empty_channel_text", "error_text", "feedback_report_text", "feedback_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
     "layers_text", "megabytes", "node_text", "outline_text", "progress_text",
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",
     "rejected_text", "report_sentence", "report_text", "sample_text", "short_id",
     "source_cap_text", "source_choice_text", "sources_text", "stats_text", "status_text", "stored_cap_text",
-    "too_large_text", "unexpected_text", "unpin_kept_text", "unpinned_text", "updated_text",
+    "too_large_text", "unexpected_text", "unknown_channel_text", "unpin_kept_text", "unpinned_text", "updated_text",
     "upload_budget_text", "upload_limit_text", "usage_text", "vote_text", "when",
 ]

@@ -18,9 +18,10 @@ log = logging.getLogger(__name__)
 # The Content-Type that goes with :meth:`Metrics.render`'s bytes.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-# How a question can end: with an answer, with nothing relevant found, turned away (rate limit,
-# permissions, a refused input) or with an error.
-QUESTION_OUTCOMES = frozenset({"answered", "not_found", "refused", "failed"})
+# How a question can end: with an answer, with nothing relevant found, with nothing to search (the
+# channel holds no source yet: a normal state, no failure), turned away (rate limit, permissions, a
+# refused input) or with an error.
+QUESTION_OUTCOMES = frozenset({"answered", "not_found", "no_material", "refused", "failed"})
 
 # A retrieval plus one model call: tens of milliseconds when cached or refused, up to a minute
 # when the model is slow.

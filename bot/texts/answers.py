@@ -13,7 +13,9 @@ from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from bot.texts.words import count, node_kind, when
 from raptor_engine import Answer, AnswerRecord, Citation, Hit, IngestResult
 
-NO_MATERIAL = "This channel has no material yet: upload a file or pin a message, then ask again."
+# A channel holding no source at all (none ever added, or all forgotten): said to a question
+# asked there (nothing was searched, so not "I could not find anything") and to a rebuild.
+NO_MATERIAL = "No material in this channel yet: upload a file or pin a message, then ask again."
 EMPTY_QUESTION = "Ask me a question about this channel's material, or type help for the commands."
 HIT_CHARS = 100  # characters of a retrieved node's text shown per hit
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from bot.commands import COMMANDS
 from bot.errors import explain
@@ -112,3 +113,29 @@ def unexpected_text(reference: str) -> str:
         "Something went wrong on my side and I could not finish that. "
         f"Please try again; if it keeps happening, tell the bot's operator (reference {reference})."
     )
+
+
+# -- the command line's questions about a channel with nothing to search -------------------
+
+KNOWN_CHANNELS_SHOWN = 5  # known channels named when a question names an unknown one, at most
+
+
+def unknown_channel_text(name: str, known: Sequence[str], shown: int = KNOWN_CHANNELS_SHOWN) -> str:
+    """The command line's one line for a question about ``name``, a channel the store does not
+    know: never used (a typo, or another data directory), or dropped when its last source was
+    forgotten. Names the first ``shown`` of the ``known`` channels as ``--channel`` takes them,
+    or, when there is none, how to add a file."""
+    unknown = f"no channel {name!r} is known here (it never held a source, or its last one was forgotten)"
+    if not known:
+        return f"{unknown}, nor any other: add a file (python -m bot ingest --channel {name} FILE), then ask again"
+    listed = ", ".join(known[:shown]) + (f" and {count(len(known) - shown, 'other')}" if len(known) > shown else "")
+    return f"{unknown}; the known ones: {listed}"
+
+
+def empty_channel_text(name: str, pins: bool) -> str:
+    """The command line's one line for a question about ``name``, a known channel holding no
+    source (none added yet, or all forgotten): nothing was searched; what to add. ``pins``:
+    the channel is a chat channel, where a pinned message becomes a source too."""
+    pin = " or pin a message in it" if pins else ""
+    return (f"the channel {name!r} has no material yet: add a file (python -m bot ingest --channel {name} FILE)"
+            f"{pin}, then ask again")

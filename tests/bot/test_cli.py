@@ -85,6 +85,52 @@ def test_user_mistakes_are_one_line_errors(tmp_path: Path, capsys: pytest.Captur
     assert code == 1 and "no sources" in capsys.readouterr().err
 
 
+def one_error_line(capsys: pytest.CaptureFixture[str], code: int, out: str) -> str:
+    """The single ``error: ...`` line a refused command wrote on stderr (exit 1, nothing on stdout)."""
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1 and out == "" and len(err) == 1 and err[0].startswith("error: "), (code, out, err)
+    return err[0]
+
+
+def test_a_question_about_an_unknown_channel_is_one_line_naming_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    for asked in (("ask", "--channel", "no-such-channel", "Who is on call?"),
+                  ("retrieve", "--channel", "no-such-channel", "--json", "Who is on call?")):
+        line = one_error_line(capsys, *run("--data-dir", data, *asked))  # not {"hits": []}, not "could not find"
+        assert "no channel 'no-such-channel' is known" in line and "nor any other" in line
+        assert "python -m bot ingest --channel no-such-channel FILE" in line
+    assert run("--data-dir", data, "ingest", "--channel", "team", str(SAMPLE))[0] == 0
+    capsys.readouterr()
+    for _ in range(2):  # asking did not make the typo a channel: the second time is the same
+        line = one_error_line(capsys, *run("--data-dir", data, "retrieve", "--channel", "tema", "Who is on call?"))
+        assert "no channel 'tema' is known" in line and line.endswith("the known ones: team")
+
+
+def test_a_question_about_a_channel_with_no_source_left_is_one_line_saying_what_to_add(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path / "data")
+    assert run("--data-dir", data, "ingest", "--channel", "team", str(SAMPLE))[0] == 0
+    source_id = run("--data-dir", data, "sources", "--channel", "team")[1].split("\n")[1].split()[0]
+    assert run("--data-dir", data, "forget", "--channel", "team", source_id)[0] == 0
+    capsys.readouterr()
+    # Its last source forgotten, the store dropped the channel: it is not known any more.
+    line = one_error_line(capsys, *run("--data-dir", data, "ask", "--channel", "team", "Who is on call?"))
+    assert "no channel 'team' is known here (it never held a source, or its last one was forgotten)" in line
+    # Known (listed once) but holding no source: nothing was searched, and the line says what to add.
+    for channel, pins in (("team", False), ("slack/T1/C9", True)):
+        code, out = run("--data-dir", data, "sources", "--channel", channel)
+        assert code == 0 and out.startswith("No sources yet")
+        for asked in (("ask", "--channel", channel, "Who is on call?"),
+                      ("retrieve", "--channel", channel, "--json", "Who is on call?")):
+            line = one_error_line(capsys, *run("--data-dir", data, *asked))
+            assert line.startswith(f"error: the channel '{channel}' has no material yet: add a file "
+                                   f"(python -m bot ingest --channel {channel} FILE)")
+            assert line.endswith(", then ask again") and ("pin a message" in line) == pins
+
+
 @pytest.mark.timeout(120)  # opening the pipe used to block for ever
 def test_ingest_refuses_a_named_pipe_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pipe = tmp_path / "notes.txt"

@@ -43,3 +43,12 @@ def test_a_source_choice_fits_its_limit_and_keeps_the_short_id() -> None:
     choice = replies.source_choice_text(source, 100)
     assert len(choice) == 100 and choice.endswith("… · 0123456789ab")
     assert replies.source_choice_text(SourceView("0123456789abcdef", "Notes"), 100) == "Notes · 0123456789ab"
+
+
+def test_the_command_lines_channel_with_nothing_to_search_is_named_in_one_line() -> None:
+    many = [f"c{n}" for n in range(7)]
+    assert replies.unknown_channel_text("x", many).endswith("the known ones: c0, c1, c2, c3, c4 and 2 others")
+    assert replies.unknown_channel_text("x", many[:6]).endswith("c4 and 1 other")
+    assert "nor any other" in replies.unknown_channel_text("x", [])
+    for text in (replies.unknown_channel_text("x", many), replies.empty_channel_text("x", pins=True)):
+        assert "\n" not in text and "could not find" not in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import re
 import signal
@@ -38,12 +39,14 @@ from bot.neutral import (
     Unpin,
     Upload,
 )
+from bot.replies import NO_MATERIAL
 from bot.runtime import Assistant
 from bot.tree_picture import PICTURE_SIZE
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import ChannelKey
+from tests.adapters.recording import counted, our_warnings, question_outcomes
 from tests.conftest import REPO, SAMPLE, make_engine
 
 ON_CALL_QUESTION = "What does the on-call engineer do?"  # answered with a summary once the tree is built
@@ -197,6 +200,35 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
     with_bot(engine, console_config(tmp_path), body)
 
 
+def test_a_question_where_there_is_no_material_says_what_to_add(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A question, ``/ask``, and a question after the only pin was unpinned, at a console holding
+    no source: exactly ``NO_MATERIAL`` (not "could not find anything": nothing was searched; not
+    an error line with a reference), counted as ``no_material`` and logged as no failure."""
+    terminal = Terminal()
+
+    async def body(bot: Assistant) -> None:
+        console = ConsoleChannel(bot, terminal.write)
+        await console.start()
+        terminal.take()
+        await console.handle_line(ON_CALL_QUESTION)
+        assert terminal.take() == NO_MATERIAL
+        await console.handle_line(f"/ask {ON_CALL_QUESTION}")
+        assert terminal.take() == NO_MATERIAL
+        await console.handle_line("/pin The on-call engineer carries the pager for a week.")
+        await console.handle_line("/unpin console-pin-1")
+        assert "Removed “you: The on-call engineer" in terminal.take()
+        await console.handle_line(ON_CALL_QUESTION)  # all its material gone: the same, not "not found"
+        assert terminal.take() == NO_MATERIAL
+        assert question_outcomes(bot, "console") == {"no_material": 3}
+        assert counted(bot, "raptor_errors_total") == {}
+
+    with caplog.at_level(logging.INFO):
+        with_bot(engine, console_config(tmp_path), body)
+    assert our_warnings(caplog.records) == []
+
+
 def test_two_channels_never_see_each_other(engine: Engine, tmp_path: Path) -> None:
     terminal_a, terminal_b = Terminal(), Terminal()
 
@@ -264,7 +296,7 @@ def test_bad_uploads_are_clear_messages(engine: Engine, tmp_path: Path) -> None:
         await console.handle_line("/node")
         assert terminal.take().startswith("Usage: node ID")
         await console.handle_line("/rebuild")
-        assert "no material yet" in terminal.take()
+        assert terminal.take() == f"! {NO_MATERIAL}"
 
     with_bot(engine, console_config(tmp_path), body)
 

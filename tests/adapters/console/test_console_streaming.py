@@ -113,3 +113,25 @@ def test_offline_answers_are_printed_whole(embedder: SentenceTransformerEmbedder
     assert terminal.pieces == []
     [answer] = terminal.messages
     assert "[1]" in answer
+
+
+def test_a_question_where_there_is_no_material_prints_no_pieces(stub: OpenAIStub, embedder: SentenceTransformerEmbedder,
+                                                                tmp_path: Path) -> None:
+    """With a model that streams, a question at a console holding no source prints exactly
+    ``NO_MATERIAL``, as one whole line: nothing streamed, the model not asked."""
+    terminal = Terminal()
+    config = Config(data_dir=tmp_path / "data", console=ConsoleConfig(sample=False))
+
+    async def session(engine: Engine) -> None:
+        bot = Assistant(config, engine)
+        await bot.start(warm_up=False)
+        try:
+            console = ConsoleChannel(bot, terminal.write, write_partial=terminal.partial)
+            await console.handle_line(QUESTION)
+        finally:
+            await bot.stop()
+
+    with LLMClient(LLMSettings(base_url=stub.base_url, model="m", timeout_s=5.0)) as client:
+        asyncio.run(session(llm_engine(embedder, tmp_path, client)))
+    assert terminal.messages == [replies.NO_MATERIAL] and terminal.pieces == []
+    assert stub.requests == []

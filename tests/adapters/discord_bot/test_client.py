@@ -24,6 +24,7 @@ from adapters.discord_bot.sending import ChannelSend
 from adapters.discord_bot.translate import Place
 from bot.ingestion import adder_name
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
+from bot.replies import NO_MATERIAL
 from raptor_engine.engine import Engine
 from raptor_engine.types import SourceKind
 from testkit.discord_api import (
@@ -42,6 +43,7 @@ from tests.adapters.discord_bot.conftest import (
     discord_world,
     run_world,
 )
+from tests.adapters.recording import counted, our_warnings, question_outcomes
 from tests.conftest import SAMPLE
 
 ON_CALL_QUESTION = "What does the on-call engineer do?"
@@ -272,9 +274,33 @@ def test_a_direct_message_is_a_question(engine: Engine, tmp_path: Path) -> None:
         dm = world.fake.add_dm(world.alice["user"])
         await world.fake.post(dm, world.alice["user"], "Is anyone there?")
         (reply,) = await world.bot_posts(dm, 1)
-        assert "no material yet" in reply["content"]
+        assert reply["content"] == NO_MATERIAL
 
     run_world(engine, tmp_path, body)
+
+
+def test_a_question_where_there_is_no_material_says_what_to_add(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mention, a direct message and ``/raptor ask`` where no source is held get exactly
+    ``NO_MATERIAL``: not "could not find anything" (nothing was searched), not an error with a
+    reference; counted as ``no_material``, never as a failure, and nothing logged as one."""
+    async def body(world: World) -> None:
+        general = world.channel("general")
+        await world.mention("general", ON_CALL_QUESTION)
+        (mentioned,) = await world.bot_posts(general, 1)
+        dm = world.fake.add_dm(world.alice["user"])
+        await world.fake.post(dm, world.alice["user"], ON_CALL_QUESTION)
+        (direct,) = await world.bot_posts(dm, 1)
+        (slashed,) = await world.replies(await world.slash("general", "ask", {"question": ON_CALL_QUESTION}))
+        for reply in (mentioned, direct, slashed):
+            assert message_text(reply) == NO_MATERIAL and not reply.get("embeds"), reply
+        assert not is_ephemeral(slashed) and question_outcomes(world.bot, "discord") == {"no_material": 3}
+        assert counted(world.bot, "raptor_errors_total") == {}
+
+    with caplog.at_level(logging.INFO):
+        run_world(engine, tmp_path, body)
+    assert our_warnings(caplog.records) == []
 
 
 # -- sources: library channels and pins -----------------------------------------------------------
@@ -417,7 +443,7 @@ def test_a_private_thread_keeps_its_files_pins_and_answers_to_itself(engine: Eng
         assert cited["title"] == "Sources" and all(f"/{private}/" in f["value"] for f in cited["fields"])
         asked = await world.slash("general", "ask", {"question": "Where does the salary band end?"})
         (reply,) = await world.replies(asked)
-        assert "ninety" not in message_text(reply) and "no material yet" in message_text(reply)
+        assert "ninety" not in message_text(reply) and message_text(reply) == NO_MATERIAL
         listed = await world.slash(private, "sources")
         assert "bands" in message_text((await world.replies(listed))[0])
 
@@ -528,7 +554,7 @@ def test_permissions_bots_and_places_not_allowed(engine: Engine, tmp_path: Path)
 
         await world.mention("general", "Am I heard?")
         (reply,) = await world.bot_posts(general, 1)
-        assert "no material yet" in reply["content"]
+        assert reply["content"] == NO_MATERIAL
         touched = {c.path for c in fake.calls[start:] if c.method == "POST" and c.path.startswith("/channels/")}
         assert touched == {f"/channels/{general}/typing", f"/channels/{general}/messages"}
 

@@ -132,3 +132,22 @@ def test_a_slash_command_answer_streams_in_the_interaction_reply(
 
 def message_text_of(message: dict[str, Any]) -> str:
     return str(message.get("content") or "")
+
+
+def test_a_question_where_there_is_no_material_streams_nothing_and_says_what_to_add(
+        stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    """With a model that streams, a mention and ``/raptor ask`` in a channel holding no source
+    (secret; the handbook is in general) get ``NO_MATERIAL``, posted once and never edited:
+    no draft was shown, and the model was not asked."""
+    async def body(world: World) -> None:
+        fake, secret = world.fake, world.channel("secret")
+        await world.mention("secret", QUESTION)
+        [mentioned] = await world.bot_posts(secret, 1)
+        asked = await world.slash("secret", "ask", {"question": QUESTION})
+        [slashed] = await world.replies(asked)
+        for reply in (mentioned, slashed):
+            assert message_text_of(reply) == replies.NO_MATERIAL and not reply.get("embeds"), reply
+        assert not edits(world, secret) and not fake.calls_to("PATCH", rf"^/webhooks/\d+/{asked.token}/messages/")
+        assert stub.requests == []
+
+    run(stub, embedder, tmp_path, body)

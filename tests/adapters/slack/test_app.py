@@ -28,6 +28,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.app import SlackRunning, run_slack
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
 from adapters.slack.web import People, Target
+from bot import replies
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.coordination.deliveries import LocalLedger
 from bot.errors import BotError
@@ -54,7 +55,7 @@ from testkit.slack_api import (
     lines_of,
     slack_config,
 )
-from tests.adapters.recording import recorded
+from tests.adapters.recording import counted, our_warnings, question_outcomes, recorded
 from tests.conftest import SAMPLE, make_engine
 
 MODES = ["socket", "http"]
@@ -177,9 +178,38 @@ def test_mentions_follow_ups_and_direct_messages(engine: Engine, tmp_path: Path,
         # A direct message is answered directly (its conversation is a channel of its own, empty here).
         await slack.user_says("DANA", ANA, ON_CALL, im=True)
         [direct] = await slack.wait_until(lambda: slack.posts("DANA"), what="the direct answer")
-        assert "thread_ts" not in direct and "no material yet" in direct["text"]
+        assert "thread_ts" not in direct and direct["text"] == replies.NO_MATERIAL
 
     run(engine, tmp_path, mode, body)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_question_where_there_is_no_material_says_what_to_add(
+    engine: Engine, tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mention, a direct message and ``/raptor ask`` in conversations holding no source get
+    exactly ``NO_MATERIAL`` where their answer would go: not "could not find anything" (nothing
+    was searched), not an error with a reference; counted as ``no_material``, never as a failure."""
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        [mentioned] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the mention's reply")
+        await slack.user_says("DANA", ANA, ON_CALL, im=True)
+        [direct] = await slack.wait_until(lambda: slack.posts("DANA"), what="the direct reply")
+        count = len(slack.posts(CHANNEL))
+        await slash(slack, BEN, f"ask {ON_CALL}")
+        await new_post(slack, count, "the question's echo")
+        echo_ts = next(m["ts"] for m in slack.messages[CHANNEL] if "raptor_question_0" in block_ids(m))
+        [slashed] = await slack.wait_until(lambda: slack.posts(CHANNEL, echo_ts), what="the slash reply")
+        await settle(running, bot)
+        for reply in (mentioned, direct, slashed):
+            assert reply["text"] == replies.NO_MATERIAL and block_ids(reply) == ["raptor_info_0"], reply
+        assert "thread_ts" not in direct and not slack.ephemerals()
+        assert question_outcomes(bot, "slack") == {"no_material": 3}
+        assert counted(bot, "raptor_errors_total") == {}
+
+    with caplog.at_level(logging.INFO):
+        run(engine, tmp_path, mode, body)
+    assert our_warnings(caplog.records) == []
 
 
 def test_no_warning_at_start_when_the_token_is_also_in_the_environment(

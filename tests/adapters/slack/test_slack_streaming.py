@@ -187,3 +187,26 @@ def test_a_stream_broken_midway_ends_in_a_clear_message(stub: OpenAIStub, embedd
         assert not slack.posts(CHANNEL, asked["ts"])  # said in the draft's place, not beside it
 
     run(stub, embedder, tmp_path, body)
+
+
+def test_a_question_where_there_is_no_material_streams_nothing_and_says_what_to_add(
+        stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    """With a model that streams, a mention and ``/raptor ask`` in a channel holding no source
+    get ``NO_MATERIAL``, as a plain message: no stream or draft is started, the model is not asked."""
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant, stub: OpenAIStub) -> None:
+        empty = "C200"
+        asked, _ = await slack.user_says(empty, ANA, f"<@{BOT_USER}> {QUESTION}")
+        [mentioned] = await slack.wait_until(lambda: slack.posts(empty, asked["ts"]), what="the mention's reply")
+        delivery = await slack.slash(empty, ANA, f"ask {QUESTION}")
+        assert delivery.status == 200
+        await slack.wait_until(lambda: len(slack.posts(empty)) == 3, what="the slash question's echo and reply")
+        await running.adapter.wait_idle()
+        [slashed] = [p for p in slack.posts(empty) if p.get("thread_ts") not in (None, asked["ts"])]
+        for reply in (mentioned, slashed):
+            assert reply["text"] == replies.NO_MATERIAL, reply
+        assert not [c for c in slack.calls if c.method.startswith(("chat.startStream", "chat.appendStream",
+                                                                   "chat.stopStream", "chat.update"))]
+        assert stub.requests == []  # nothing was searched, so the model had nothing to answer from
+        assert not slack.rejected(), slack.rejected()
+
+    run(stub, embedder, tmp_path, body)
