@@ -42,9 +42,9 @@ import argparse
 import json
 import random
 import sys
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer

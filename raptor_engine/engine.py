@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,7 +34,6 @@ from raptor_engine.channel_writers import ChannelWriters, utc_now
 from raptor_engine.clustering import ClusteringSettings
 from raptor_engine.errors import ChannelError, NodeNotFound, NoMaterial
 from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as IngestResult
-from raptor_engine.lexical import LexicalIndex
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.loaders.common import default_title
 from raptor_engine.metering import SpendingLimits
@@ -50,9 +47,9 @@ from raptor_engine.protocols import (
     TokenCounter,
 )
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
-from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, load_summary_map, retrieve_scoped
-from raptor_engine.scope import SummaryMap
-from raptor_engine.store import ChannelStore, ChromaStore, SourceState, TreeState
+from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
+from raptor_engine.search_indexes import ChannelIndexes
+from raptor_engine.store import ChannelStore, ChromaStore, SourceState
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS
 from raptor_engine.tree import ProgressCallback
 from raptor_engine.types import (
@@ -70,8 +67,6 @@ from raptor_engine.types import (
 )
 
 log = logging.getLogger(__name__)
-
-LEXICAL_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 index and summary map in memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +103,11 @@ class Engine:
         self._summarizer = summarizer
         self._answerer = answerer
         self.settings = settings
-        # Per channel, its served tree's BM25 index and summary map, under the tree's
-        # (version, revision) (see _indexes).
-        self._lexicons: OrderedDict[ChannelKey, tuple[tuple[int, int], LexicalIndex, SummaryMap]] = OrderedDict()
-        self._lexicons_lock = threading.Lock()
+        # Per channel, the BM25 index and summary map of its served tree and of its fresh leaves.
+        self._indexes = ChannelIndexes()
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
-        self._writers = ChannelWriters(store, self._drop_indexes)
+        self._writers = ChannelWriters(store, self._indexes.forget)
         self._ingests = IngestPipeline(embedder, counter, settings.chunk_tokens, self._writers)
         self._leaf_profile = self._ingests.leaf_profile
         self._rebuilds = RebuildPipeline(
@@ -126,7 +119,7 @@ class Engine:
             ingests=self._ingests,
             writers=self._writers,
             gate=self._gate,
-            warm_indexes=self._indexes,
+            warm_indexes=self._indexes.tree,
             build_guard=build_guard,
         )
 
@@ -361,36 +354,9 @@ class Engine:
         pending = [sid for sid in sources if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
-        lexical, summaries = self._indexes(key, channel, state) if state else (None, None)
-        found = retrieve_scoped(channel, state, pending, self._leaf_profile, query, settings, lexical, summaries)
+        indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
+        found = retrieve_scoped(channel, state, query, settings, indexes)
         return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
-
-    def _indexes(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> tuple[LexicalIndex, SummaryMap]:
-        """The BM25 index and summary map of the served tree, built on first use and kept: one
-        pair per channel, its newest tree's (an older tree's pair is never asked for again
-        once a newer one is served), least recently used channel out."""
-        tag = (state.version, state.revision)
-        with self._lexicons_lock:
-            cached = self._lexicons.get(key)
-            if cached is not None and cached[0] == tag:
-                self._lexicons.move_to_end(key)
-                return cached[1], cached[2]
-        # Built outside the lock: may take a while.
-        built = (LexicalIndex(*channel.node_texts(state.version)), load_summary_map(channel, state))
-        with self._lexicons_lock:
-            cached = self._lexicons.get(key)
-            # A question that read the state just before a switch must not evict the new tree's pair.
-            if cached is None or cached[0] <= tag:
-                self._lexicons[key] = (tag, *built)
-                self._lexicons.move_to_end(key)
-            while len(self._lexicons) > LEXICAL_CACHE_SIZE:
-                self._lexicons.popitem(last=False)
-        return built
-
-    def _drop_indexes(self, key: ChannelKey) -> None:
-        """Forgets the channel's BM25 index and summary map (its material changed)."""
-        with self._lexicons_lock:
-            self._lexicons.pop(key, None)
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used.

@@ -11,6 +11,7 @@ stale.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
@@ -37,16 +38,75 @@ def stem(word: str) -> str:
     return word
 
 
+@dataclass(frozen=True, slots=True)
+class TermCounts:
+    """How often each word occurs in each of some texts: one row per id, one column per word of
+    ``vocabulary`` (word -> column). Counts of separate batches of texts can be :func:`joined`,
+    so an index over a tree plus a few new texts need not count the tree again."""
+
+    ids: tuple[str, ...]
+    vocabulary: dict[str, int]
+    counts: sparse.csr_matrix
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+
+def count_terms(ids: Sequence[str], texts: Sequence[str]) -> TermCounts:
+    """The :class:`TermCounts` of ``texts`` (``ids`` row for row), words as :func:`terms` finds them."""
+    vectorizer = CountVectorizer(lowercase=True, stop_words="english", token_pattern=_WORD, dtype=np.float64)
+    try:
+        counts = sparse.csr_matrix(vectorizer.fit_transform(texts), dtype=np.float64)
+    except ValueError:  # no indexable word at all (empty, or only stop words)
+        return TermCounts(tuple(ids), {}, sparse.csr_matrix((len(ids), 0), dtype=np.float64))
+    return TermCounts(tuple(ids), dict(vectorizer.vocabulary_), counts)
+
+
+def joined(parts: Sequence[TermCounts]) -> TermCounts:
+    """The counts of every part's texts, in order, over the union of their vocabularies.
+
+    The first part keeps its columns (a tree's large vocabulary is not copied
+    column by column); each later part's columns are renumbered into the union.
+    """
+    if not parts:
+        return TermCounts((), {}, sparse.csr_matrix((0, 0), dtype=np.float64))
+    vocabulary = dict(parts[0].vocabulary)
+    renumbered: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []  # data, rows, columns, height
+    for part in parts:
+        columns = np.empty(len(part.vocabulary), dtype=np.int64)
+        for word, column in part.vocabulary.items():
+            columns[column] = vocabulary.setdefault(word, len(vocabulary))
+        counts = part.counts.tocoo()
+        renumbered.append((counts.data, counts.row, columns[counts.col], part.size))
+    width = len(vocabulary)
+    blocks = [sparse.csr_matrix((data, (rows, cols)), shape=(height, width)) for data, rows, cols, height in renumbered]
+    stacked = sparse.vstack(blocks, format="csr", dtype=np.float64)
+    return TermCounts(tuple(i for part in parts for i in part.ids), vocabulary, sparse.csr_matrix(stacked))
+
+
 class LexicalIndex:
-    """Okapi BM25 over fixed texts identified by ids (k1 = 1.2, b = 0.75 by default)."""
+    """Okapi BM25 over fixed texts identified by ids (k1 = 1.2, b = 0.75 by default).
+
+    Built from the texts, or from their :class:`TermCounts` (:meth:`of_counts`).
+    """
 
     def __init__(self, ids: Sequence[str], texts: Sequence[str], k1: float = 1.2, b: float = 0.75) -> None:
-        self._ids = list(ids)
+        self._build(count_terms(ids, texts), k1, b)
+
+    @classmethod
+    def of_counts(cls, counts: TermCounts, k1: float = 1.2, b: float = 0.75) -> LexicalIndex:
+        """The index of texts already counted (see :func:`count_terms` and :func:`joined`)."""
+        index = cls.__new__(cls)
+        index._build(counts, k1, b)
+        return index
+
+    def _build(self, counted: TermCounts, k1: float, b: float) -> None:
+        self._ids = list(counted.ids)
+        self._vocabulary = counted.vocabulary
         self._frequency_by_stem: dict[str, int] | None = None
-        self._vectorizer = CountVectorizer(lowercase=True, stop_words="english", token_pattern=_WORD)
-        try:
-            counts = sparse.csr_matrix(self._vectorizer.fit_transform(texts), dtype=np.float64)
-        except ValueError:  # no indexable word at all (empty, or only stop words)
+        counts = counted.counts.copy()
+        if not self._vocabulary or counts.nnz == 0:
             self._weights = None
             return
         lengths = np.asarray(counts.sum(axis=1)).ravel()
@@ -59,19 +119,31 @@ class LexicalIndex:
         counts.data = counts.data * (k1 + 1.0) / (counts.data + saturation)
         self._weights = counts.T.tocsr()  # term rows: a query reads only its terms' rows
 
+    def _columns(self, query: str) -> np.ndarray:
+        """The columns of the query's distinct indexed words."""
+        found = [self._vocabulary[word] for word in terms(query) if word in self._vocabulary]
+        return np.asarray(sorted(found), dtype=np.int64)
+
     def top(self, query: str, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, BM25 score) pairs with a positive score, best first."""
         if self._weights is None or n <= 0:
             return []
-        terms = self._vectorizer.transform([query]).indices
-        if terms.size == 0:
+        columns = self._columns(query)
+        if columns.size == 0:
             return []
-        scores = np.asarray(self._weights[terms].T @ self._idf[terms]).ravel()
+        scores = np.asarray(self._weights[columns].T @ self._idf[columns]).ravel()
         positive = np.flatnonzero(scores > 0)
         if positive.size == 0:
             return []
         best = positive[np.argsort(-scores[positive], kind="stable")[:n]]
         return [(self._ids[i], float(scores[i])) for i in best]
+
+    def idf(self, query: str) -> list[float]:
+        """The idf of each of the query's distinct words (:func:`terms`), 0 for a word no text holds:
+        how rare, and so how telling, each word is in these texts."""
+        if self._weights is None:
+            return [0.0 for _ in terms(query)]
+        return [float(self._idf[self._vocabulary[w]]) if w in self._vocabulary else 0.0 for w in terms(query)]
 
     @property
     def size(self) -> int:
@@ -90,7 +162,7 @@ class LexicalIndex:
         if self._frequency_by_stem is None:
             by_stem: dict[str, int] = {}
             if self._weights is not None:
-                for word, column in self._vectorizer.vocabulary_.items():
+                for word, column in self._vocabulary.items():
                     key = stem(word)
                     by_stem[key] = max(by_stem.get(key, 0), int(self._document_frequency[column]))
             self._frequency_by_stem = by_stem

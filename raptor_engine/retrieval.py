@@ -43,15 +43,8 @@ import numpy as np
 
 from raptor_engine import defaults
 from raptor_engine.chunking import sentences
-from raptor_engine.lexical import LexicalIndex
-from raptor_engine.scope import (
-    EMPTY_MAP,
-    Scope,
-    ScopeKind,
-    SummaryMap,
-    assess,
-    summary_map,
-)
+from raptor_engine.scope import Scope, ScopeKind, SummaryMap, assess
+from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.tokens import token_floor
 from raptor_engine.types import Hit, Node, RetrievalMode
@@ -99,22 +92,20 @@ class Retrieved:
 def retrieve_scoped(
     store: ChannelStore,
     state: TreeState | None,
-    pending: Sequence[str],
-    leaf_profile: str,
     query: Query,
     settings: RetrievalSettings,
-    lexical: LexicalIndex | None = None,
-    summaries: SummaryMap | None = None,
+    indexes: SearchIndexes,
 ) -> Retrieved:
     """The hits for a query within ``settings.budget`` tokens, and its scope.
 
-    ``state`` is the served tree (None before the first build); ``pending`` the
-    ids of sources not yet in it, searched in the leaf cache under ``leaf_profile``;
-    ``lexical`` the served tree's BM25 index (hybrid ranking and the scope's
-    word coverage); ``summaries`` its :class:`SummaryMap` (None: read from the
-    store now; the engine keeps one per tree version). Each hit's score is its
-    cosine similarity to the question. In collapsed mode, broad questions get
-    their summaries first, detail questions their leaves first.
+    ``state`` is the served tree (None before the first build); ``indexes`` what
+    the question is searched with besides Chroma: BM25 over the served tree and
+    the leaves of sources not yet in it (hybrid ranking and the scope's word
+    coverage), the tree's :class:`SummaryMap`, and those fresh leaves (searched
+    here by meaning and by words, so new material is found before the next
+    rebuild). Each hit's score is its cosine similarity to the question. In
+    collapsed mode, broad questions get their summaries first, detail
+    questions their leaves first.
     """
     pool = settings.top_k * 2
     vector = query.vector
@@ -122,25 +113,24 @@ def retrieve_scoped(
     # filters metadata first); the summaries it returns are dropped here.
     nearest = store.query_tree(state.version, vector, 2 * pool) if state else []
     tree_leaves = [hit for hit in nearest if hit.node.layer == 0][:pool]
-    fresh = store.query_leaves(leaf_profile, vector, pending, pool)
-    leaves = _merge_by_score(tree_leaves, fresh)
-    if summaries is None:
-        summaries = load_summary_map(store, state) if state else EMPTY_MAP
+    leaves = _merge_by_score(tree_leaves, indexes.fresh.nearest(vector, pool))
+    summaries = indexes.summaries
     scores = sorted((hit.score for hit in leaves), reverse=True)
     related = _relatedness(vector, leaves, summaries)
     # The scope is the question's own: earlier thread messages put before it (see bot.handler)
     # help find the passages, but their words are not what is asked about.
     # A mention left in the text ("@Raptor") names the bot, not the material.
     asked = _MENTION.sub(" ", (query.text.strip().splitlines() or [""])[-1])
-    scope = assess(asked, scores, lexical, [hit.node.text for hit in fresh], related)
-    if state is None or settings.mode is RetrievalMode.LEAVES:
+    scope = assess(asked, scores, indexes.lexical, (), related)
+    if settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
-    if settings.mode is RetrievalMode.TRAVERSAL:
-        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)), fresh)
+    if settings.mode is RetrievalMode.TRAVERSAL and state is not None:
+        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)),
+                                 indexes.fresh.nearest(vector, pool))
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
-    if settings.hybrid and lexical is not None:
-        words = [(i, s) for i, s in lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
-        leaves = _fuse(store, state, query, leaves, words, LEXICAL_WEIGHT)
+    if settings.hybrid and indexes.lexical is not None:
+        words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
+        leaves = _fuse(store, state, indexes.fresh, query, leaves, words, LEXICAL_WEIGHT)
     return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
 
 
@@ -152,17 +142,6 @@ def _relatedness(vector: np.ndarray, leaves: list[Hit], summaries: SummaryMap) -
         return None
     alone = [hit.score for hit in leaves if not set(hit.node.source_ids[:1]) & summaries.centred]
     return max([centred, *alone])
-
-
-def load_summary_map(store: ChannelStore, state: TreeState) -> SummaryMap:
-    """The :class:`SummaryMap` of a tree version, read from the store (a few reads per layer)."""
-    layers = sorted(layer for layer in state.nodes_per_layer if layer > 0)
-    nodes = [node for layer in layers for node in store.list_layer(state.version, layer, 10**9)]
-    if not nodes:
-        return EMPTY_MAP
-    vectors = store.get_tree_embeddings(state.version, [node.id for node in nodes])
-    kept = [node for node in nodes if node.id in vectors]
-    return summary_map(kept, np.vstack([vectors[node.id] for node in kept])) if kept else EMPTY_MAP
 
 
 def _collapsed(
@@ -206,7 +185,8 @@ def _summaries_for(query: Query, scope: Scope, leaves: list[Hit], summaries: Sum
 
 def _fuse(
     store: ChannelStore,
-    state: TreeState,
+    state: TreeState | None,
+    fresh: FreshLeaves,
     query: Query,
     dense: list[Hit],
     lexical: list[tuple[str, float]],
@@ -214,13 +194,17 @@ def _fuse(
 ) -> list[Hit]:
     """Dense and BM25 rankings of the same nodes fused by (weighted) reciprocal rank.
 
-    Nodes found only lexically get their cosine from Chroma (one query
-    restricted to their ids), so every hit keeps a comparable score.
+    Nodes found only lexically get their cosine from the fresh leaves or from
+    Chroma (one query restricted to their ids), so every hit keeps a comparable score.
     """
     known = {hit.node.id: hit for hit in dense}
     missing = [node_id for node_id, _ in lexical if node_id not in known]
-    for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing):
+    for hit in fresh.scored(query.vector, missing):
         known[hit.node.id] = hit
+    missing = [node_id for node_id in missing if node_id not in known]
+    if missing and state is not None:
+        for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing):
+            known[hit.node.id] = hit
     fused: dict[str, float] = {}
     rankings = (([hit.node.id for hit in dense], 1.0), ([node_id for node_id, _ in lexical], lexical_weight))
     for ranking, weight in rankings:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from raptor_engine.engine import Engine
-from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, NothingToBuild, ProviderError
+from raptor_engine.errors import BuildError, ChannelError, NodeNotFound, NoMaterial, NothingToBuild, ProviderError
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, RetrievalMode
@@ -36,7 +36,7 @@ def test_sample_builds_layers_and_a_root(engine: Engine, channel: ChannelKey) ->
     for stage in ("load", "cluster", "summarise", "store", "index"):
         assert stage in report.stage_seconds
     # The new tree's BM25 index and summary map were built with it: the first question finds them.
-    assert engine._lexicons[channel][0] == (report.version, 0)
+    assert engine._indexes.served()[channel] == (report.version, 0)
 
 
 def test_only_the_served_trees_indexes_stay_in_memory(engine: Engine, channel: ChannelKey) -> None:
@@ -48,8 +48,7 @@ def test_only_the_served_trees_indexes_stay_in_memory(engine: Engine, channel: C
         versions.append(build(engine, channel).version)
         assert engine.retrieve(channel, "When is the office closed?")
     assert len(set(versions)) == 3
-    assert list(engine._lexicons) == [channel]
-    assert engine._lexicons[channel][0] == (versions[-1], 0)
+    assert engine._indexes.served() == {channel: (versions[-1], 0)}
 
 
 def test_every_summary_is_traceable_to_leaves_and_its_source(engine: Engine, channel: ChannelKey) -> None:
@@ -252,7 +251,10 @@ def test_failed_build_leaves_previous_tree_answering(engine: Engine, store, embe
 def test_errors_for_empty_channel_and_unknown_node(engine: Engine, channel: ChannelKey) -> None:
     with pytest.raises(NothingToBuild):
         build(engine, channel)
-    assert engine.retrieve(channel, "anything") == []
+    with pytest.raises(NoMaterial):  # nothing to search: not the same as "searched, found nothing"
+        engine.retrieve(channel, "anything")
+    with pytest.raises(NoMaterial):
+        asyncio.run(engine.answer(channel, "anything"))
     with pytest.raises(NodeNotFound):
         engine.node(channel, "s1.nothing")
 

@@ -1,0 +1,216 @@
+"""The in-memory indexes a question is searched with, kept per channel.
+
+Two kinds, both rebuilt only when what they index changes:
+
+- the **served tree's** BM25 word counts and :class:`~raptor_engine.scope.SummaryMap`,
+  under the tree's (version, revision): a tree is immutable, so they never go stale;
+- the **fresh leaves**: the leaves of sources added since that tree was built
+  (``pending``), read from the leaf cache once per source. Their words join the
+  tree's in one BM25 index, so a name, code or error message in a file ingested a
+  second ago is found by its words at once, not at the next rebuild.
+
+Nothing here is told of an ingest: the pending sources are the store's, read
+by every question (``Engine._retrieval``), so a process serving the same
+channel from a Chroma server finds what another process ingested, and a
+forgotten source drops out of the next question's index.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from raptor_engine.lexical import LexicalIndex, TermCounts, count_terms, joined
+from raptor_engine.scope import EMPTY_MAP, SummaryMap, summary_map
+from raptor_engine.store import ChannelStore, TreeState
+from raptor_engine.store.leaves import leaf_node
+from raptor_engine.types import ChannelKey, Hit, Node
+
+TREE_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 counts and summary map in memory
+FRESH_CACHE_LEAVES = 200_000  # fresh leaves kept in memory over all channels (~1 KiB each with its vector)
+COMBINED_CACHE_SIZE = 64  # BM25 indexes over a tree plus its fresh leaves, one per channel
+
+
+@dataclass(frozen=True, slots=True)
+class FreshLeaves:
+    """Leaves of sources not yet in the served tree: the nodes and their unit vectors, row for row."""
+
+    nodes: tuple[Node, ...]
+    vectors: np.ndarray
+
+    def nearest(self, vector: np.ndarray, n: int) -> list[Hit]:
+        """Up to ``n`` leaves by cosine to ``vector``, best first (one product over the fresh
+        leaves only: a few files' worth, not the channel)."""
+        if not self.nodes or n <= 0:
+            return []
+        scores = self.vectors @ _unit(vector)
+        order = np.argsort(-scores, kind="stable")[:n]
+        return [Hit(self.nodes[i], float(scores[i])) for i in order]
+
+    def scored(self, vector: np.ndarray, ids: Sequence[str]) -> list[Hit]:
+        """The leaves ``ids`` (others skipped) as hits scored by cosine to ``vector``."""
+        rows = {node.id: row for row, node in enumerate(self.nodes)}
+        wanted = [rows[node_id] for node_id in ids if node_id in rows]
+        scores = self.vectors[wanted] @ _unit(vector) if wanted else []
+        return [Hit(self.nodes[row], float(score)) for row, score in zip(wanted, scores)]
+
+
+NO_FRESH = FreshLeaves((), np.zeros((0, 0), dtype=np.float32))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIndexes:
+    """What one question is searched with: BM25 over the served tree and the fresh leaves
+    (None when there is nothing to index), the tree's summary map, and the fresh leaves."""
+
+    lexical: LexicalIndex | None
+    summaries: SummaryMap
+    fresh: FreshLeaves
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    tag: tuple[int, int]  # the tree's (version, revision)
+    counts: TermCounts
+    lexical: LexicalIndex
+    summaries: SummaryMap
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    nodes: tuple[Node, ...]
+    vectors: np.ndarray
+    counts: TermCounts
+
+
+class ChannelIndexes:
+    """The indexes of many channels, least recently used out. Thread-safe: questions of
+    several threads share it; a slow build runs outside the lock."""
+
+    def __init__(self) -> None:
+        self._trees: OrderedDict[ChannelKey, _Tree] = OrderedDict()
+        self._sources: OrderedDict[tuple[ChannelKey, str, str], _Source] = OrderedDict()
+        self._combined: OrderedDict[ChannelKey, tuple[tuple[object, ...], LexicalIndex]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def for_question(
+        self, key: ChannelKey, channel: ChannelStore, state: TreeState | None, pending: Sequence[str], profile: str
+    ) -> SearchIndexes:
+        """The indexes for a question in ``key``: ``state`` is the served tree (None before the
+        first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``."""
+        tree = self.tree(key, channel, state) if state is not None else None
+        sources = self._fresh_sources(key, channel, pending, profile)
+        fresh = _fresh_leaves(sources)
+        summaries = tree.summaries if tree else EMPTY_MAP
+        if not sources:
+            return SearchIndexes(tree.lexical if tree else None, summaries, fresh)
+        tag = (tree.tag if tree else None, profile, *pending)
+        return SearchIndexes(self._joined(key, tag, tree, sources), summaries, fresh)
+
+    def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> _Tree:
+        """The served tree's counts, BM25 index and summary map, built on first use and kept
+        (an older tree's are never asked for again once a newer one is served)."""
+        tag = (state.version, state.revision)
+        with self._lock:
+            cached = self._trees.get(key)
+            if cached is not None and cached.tag == tag:
+                self._trees.move_to_end(key)
+                return cached
+        counts = count_terms(*channel.node_texts(state.version))
+        built = _Tree(tag, counts, LexicalIndex.of_counts(counts), load_summary_map(channel, state))
+        with self._lock:
+            cached = self._trees.get(key)
+            # A question that read the state just before a switch must not evict the new tree's indexes.
+            if cached is None or cached.tag <= tag:
+                self._trees[key] = built
+                self._trees.move_to_end(key)
+            while len(self._trees) > TREE_CACHE_SIZE:
+                self._trees.popitem(last=False)
+        return built
+
+    def served(self) -> dict[ChannelKey, tuple[int, int]]:
+        """The (version, revision) of each channel's tree whose indexes are kept, least recently used first."""
+        with self._lock:
+            return {key: tree.tag for key, tree in self._trees.items()}
+
+    def forget(self, key: ChannelKey) -> None:
+        """Drops what is kept of the channel (its material changed in this process)."""
+        with self._lock:
+            self._trees.pop(key, None)
+            self._combined.pop(key, None)
+            for cached in [cached for cached in self._sources if cached[0] == key]:
+                del self._sources[cached]
+
+    def _fresh_sources(
+        self, key: ChannelKey, channel: ChannelStore, pending: Sequence[str], profile: str
+    ) -> list[_Source]:
+        """The pending sources' leaves, read from the leaf cache once per source (a source's
+        content never changes: an edit is a new source)."""
+        if not pending:
+            return []
+        with self._lock:
+            known = {sid: self._sources.get((key, profile, sid)) for sid in pending}
+        missing = [sid for sid, cached in known.items() if cached is None]
+        for sid, (chunks, vectors) in channel.cached_leaves(profile, missing).items() if missing else ():
+            nodes = tuple(leaf_node(chunk) for chunk in chunks)
+            unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            known[sid] = _Source(nodes, unit.astype(np.float32), count_terms([n.id for n in nodes],
+                                                                            [n.text for n in nodes]))
+        with self._lock:
+            for sid in missing:
+                if known[sid] is not None:
+                    self._sources[(key, profile, sid)] = known[sid]  # type: ignore[assignment]
+            for sid in pending:
+                if (key, profile, sid) in self._sources:
+                    self._sources.move_to_end((key, profile, sid))
+            while sum(len(s.nodes) for s in self._sources.values()) > FRESH_CACHE_LEAVES and len(self._sources) > 1:
+                self._sources.popitem(last=False)
+        # A pending source with no cached leaves (still being ingested elsewhere) is skipped.
+        return [source for sid in pending if (source := known[sid]) is not None]
+
+    def _joined(
+        self, key: ChannelKey, tag: tuple[object, ...], tree: _Tree | None, sources: list[_Source]
+    ) -> LexicalIndex:
+        """BM25 over the tree's texts and the fresh leaves together, kept for the same tree and
+        pending sources (statistics over both, so a new file's words rank as the tree's do)."""
+        with self._lock:
+            cached = self._combined.get(key)
+            if cached is not None and cached[0] == tag:
+                self._combined.move_to_end(key)
+                return cached[1]
+        parts = ([tree.counts] if tree else []) + [source.counts for source in sources]
+        index = LexicalIndex.of_counts(joined(parts))
+        with self._lock:
+            self._combined[key] = (tag, index)
+            self._combined.move_to_end(key)
+            while len(self._combined) > COMBINED_CACHE_SIZE:
+                self._combined.popitem(last=False)
+        return index
+
+
+def load_summary_map(store: ChannelStore, state: TreeState) -> SummaryMap:
+    """The :class:`SummaryMap` of a tree version, read from the store (a few reads per layer)."""
+    layers = sorted(layer for layer in state.nodes_per_layer if layer > 0)
+    nodes = [node for layer in layers for node in store.list_layer(state.version, layer, 10**9)]
+    if not nodes:
+        return EMPTY_MAP
+    vectors = store.get_tree_embeddings(state.version, [node.id for node in nodes])
+    kept = [node for node in nodes if node.id in vectors]
+    return summary_map(kept, np.vstack([vectors[node.id] for node in kept])) if kept else EMPTY_MAP
+
+
+def _fresh_leaves(sources: Sequence[_Source]) -> FreshLeaves:
+    if not sources:
+        return NO_FRESH
+    nodes = tuple(node for source in sources for node in source.nodes)
+    return FreshLeaves(nodes, np.vstack([source.vectors for source in sources]))
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
