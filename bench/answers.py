@@ -13,7 +13,28 @@ One tree per document, each in its own channel, as in ``bench.retrieval``
   (``answer.found`` false), and of off-topic questions refused: QuALITY and
   review questions asked in a channel of another set (QuALITY questions in
   patent and review channels, review questions in QuALITY and patent
-  channels; the patent question is generic, so it is not used off topic).
+  channels; the patent question is generic, so it is not used off topic);
+- **the unfound-words note** ("I found nothing about …", see
+  ``raptor_engine/unfound.py``): the share of answered answerable questions
+  whose answer carries it (it should be rare), and, the other way round, of
+  answered *mixed* questions: each answerable question followed, in its own
+  channel, by a QuALITY or review question of another set ("… And how do
+  guests rate the cleanliness of Marquesa Hotel?": a clearly absent topic) or
+  of another document of the same set (another story, another hotel: a
+  neighbouring one), whose answer should name a word of that second question.
+  (A second question that happens to fit the channel too, "What can we infer
+  from the longest dialogue in the story?", counts against the check: the
+  figures are a floor.) A whole question is appended rather than one
+  word: the scope only lists missing words when they are at least a third of
+  the question's content words, so one word added to a long question is never
+  listed, with or without the meaning check. Each share is given *before* the
+  check (every word the scope lists is named, the old behaviour) and *after*
+  it, on the fit half of each set (documents at even positions, where the
+  check's thresholds are fitted) and on the other half (odd positions). The
+  thresholds that would be best on this run's fit half (the most mixed answers
+  naming a word of the second question with the note on at most
+  :data:`NOTE_RARE` of the answerable answers; see :func:`fit_note`) are
+  printed with their figures on both halves, beside the module's constants.
 
 Each answerable question is also timed: ``retrieve`` (collapsed, engine
 defaults) and ``ask`` (``await Engine.answer``: retrieval plus answer), p50
@@ -31,7 +52,8 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from bench.common import (
     DataSet,
@@ -53,23 +75,81 @@ from bench.common import (
     write_json,
 )
 from bench.measure import content_words, mean_interval, word_recall
-from raptor_engine import Answer, ChannelKey, Engine
+from raptor_engine import (
+    Answer,
+    ChannelKey,
+    Embedder,
+    Engine,
+    ExtractiveAnswerer,
+    ExtractiveSummarizer,
+    TokenCounter,
+)
+from raptor_engine.lexical import terms
+from raptor_engine.unfound import UNFOUND_CLOSENESS, UNFOUND_GAIN, Judged
 
 TARGET_SUMMARY_CITED = 0.90  # patent answers citing a summary node, at least
 TARGET_ANSWERABLE_REFUSED = 0.02  # at most
 TARGET_OFF_TOPIC_REFUSED = 0.90  # at least
 OFF_TOPIC_POOLS = ("quality", "reviews")  # sets whose questions are specific enough to be off topic elsewhere
+FIT, HELD = "fit half", "other half"  # documents at even / odd positions of each set, as in bench.retrieval
+OTHER_SET, SAME_SET = "other set", "same set"  # where a mixed question's second question comes from
+NOTE = "I found nothing about"
+# The thresholds tried when fitting the note's check (closeness, gain); inf: that test never names.
+CLOSENESS_GRID = tuple(round(0.10 + 0.01 * i, 2) for i in range(51))  # 0.10 … 0.60
+GAIN_GRID = (*(round(0.02 * i, 2) for i in range(21)), math.inf)  # 0.00 … 0.40, never
+NOTE_RARE = 0.05  # the fit keeps the note on at most this share of answerable answers (it should be rare)
 _CITATION_MARK = re.compile(r"\[\d+\]")
 
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """A question as sent: its set, the channel asked in, its text and gold answer."""
+    """A question as sent: its set, the channel asked in, its text and gold answer; the half
+    of its set its document is in (:data:`FIT` or :data:`HELD`); for a mixed question, how
+    it was mixed (``mix``: :data:`OTHER_SET` or :data:`SAME_SET`) and the question
+    ``appended`` to the answerable one (both empty otherwise)."""
 
     set_name: str
     key: ChannelKey
     text: str
     gold: str
+    half: str = FIT
+    mix: str = ""
+    appended: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """How the unfound-words note went on one answered question.
+
+    ``mix`` is how the question was mixed (empty for an answerable question);
+    ``judged`` the judgement of every word the scope listed as missing (empty: no
+    note, before or after the meaning check); ``appended`` marks, word for word, those
+    that come from a mixed question's second question only; ``shown`` whether the
+    answer carries the note.
+    """
+
+    set_name: str
+    half: str
+    mix: str
+    text: str
+    judged: tuple[Judged, ...]
+    appended: tuple[bool, ...]
+    shown: bool
+
+    def named_at(self, closeness: float, gain: float) -> list[bool]:
+        """Per judged word, whether it would be named at these thresholds (see ``unfound.judge``)."""
+        return [item.closeness is None or item.closeness < closeness
+                or (item.without is not None and item.without - item.closeness > gain) for item in self.judged]
+
+
+class UnfoundLog:
+    """The answerer's ``on_unfound`` observer: keeps the judgement of the last answer."""
+
+    def __init__(self) -> None:
+        self.last: tuple[Judged, ...] = ()
+
+    def __call__(self, question: str, judged: tuple[Judged, ...]) -> None:
+        self.last = judged
 
 
 @dataclass(slots=True)
@@ -98,9 +178,42 @@ def answer_recall(gold: str, answer: Answer) -> float:
 
 
 def answerable(sets: Sequence[DataSet], keys: dict[str, dict[int, ChannelKey]]) -> list[Asked]:
-    """Every question of every set, in its own document's channel."""
-    return [Asked(data.name, keys[data.name][a.index], q.text, q.gold)
-            for data in sets for a in data.articles for q in a.questions]
+    """Every question of every set, in its own document's channel, with its document's half."""
+    return [Asked(data.name, keys[data.name][a.index], q.text, q.gold, FIT if position % 2 == 0 else HELD)
+            for data in sets for position, a in enumerate(data.articles) for q in a.questions]
+
+
+def mixed(sets: Sequence[DataSet], keys: dict[str, dict[int, ChannelKey]], mix: str) -> list[Asked]:
+    """Each answerable question followed by a QuALITY or review question that its channel
+    does not hold, asked in that channel (its gold kept): "<question> And <other question>",
+    the other's first letter lower-cased.
+
+    With ``mix`` :data:`OTHER_SET` the second question comes from another set (a clearly
+    absent topic); with :data:`SAME_SET` from another document of the same set (a
+    neighbouring one: another story, another hotel), for QuALITY and review channels
+    only. The second questions are taken in turn: the other sets alternate, and each
+    pool's questions are taken in order, so every set and document gets its share.
+    """
+    pools = {data.name: [(a.index, q.text) for a in data.articles for q in a.questions]
+             for data in sets if data.name in OFF_TOPIC_POOLS}
+    taken = dict.fromkeys(pools, 0)
+    asked: list[Asked] = []
+    for turn, question in enumerate(answerable(sets, keys)):
+        if mix == SAME_SET:
+            others = [question.set_name] if question.set_name in pools else []
+        else:
+            others = [name for name in pools if name != question.set_name and pools[name]]
+        if not others:
+            continue
+        name = others[turn % len(others)]
+        pool = [text for index, text in pools[name] if keys[name][index] != question.key]
+        if not pool:
+            continue
+        other = pool[taken[name] % len(pool)]
+        taken[name] += 1
+        text = f"{question.text.rstrip()} And {other[:1].lower()}{other[1:]}"
+        asked.append(replace(question, text=text, mix=mix, appended=other))
+    return asked
 
 
 def off_topic(sets: Sequence[DataSet], keys: dict[str, dict[int, ChannelKey]]) -> list[Asked]:
@@ -121,21 +234,51 @@ def off_topic(sets: Sequence[DataSet], keys: dict[str, dict[int, ChannelKey]]) -
     return asked
 
 
-async def ask_all(engine: Engine, questions: Sequence[Asked], tallies: dict[str, Tally], timed: bool) -> None:
+async def ask_all(
+    engine: Engine,
+    questions: Sequence[Asked],
+    tallies: dict[str, Tally],
+    timed: bool,
+    log: UnfoundLog | None = None,
+    notes: list[Noted] | None = None,
+) -> None:
     """Asks every question (one event loop), adding to the tally of its set; with ``timed``
-    also times a separate ``retrieve`` of the same question."""
+    also times a separate ``retrieve`` of the same question. With ``log`` (the observer of
+    ``engine``'s answerer) and ``notes``, adds how the note went on each answered question."""
     for asked in questions:
         tally = tallies.setdefault(asked.set_name, Tally())
         if timed:
             with Stopwatch() as watch:
                 engine.retrieve(asked.key, asked.text)
             tally.retrieve_s.append(watch.seconds)
+        if log is not None:
+            log.last = ()
         with Stopwatch() as watch:
             answer = await engine.answer(asked.key, asked.text)
         tally.ask_s.append(watch.seconds)
         tally.refused += int(not answer.found)
         tally.summary_cited += int(any(citation.layer > 0 for citation in answer.citations))
         tally.recall.append(answer_recall(asked.gold, answer))
+        if log is not None and notes is not None and answer.found:
+            notes.append(noted(asked, log.last, NOTE in answer.text))
+
+
+def noted(asked: Asked, judged: tuple[Judged, ...], shown: bool) -> Noted:
+    """The note's record of one answered question; a judged word comes from the appended
+    question when that question uses it and the first part does not."""
+    first = set(terms(asked.text[: len(asked.text) - len(asked.appended)])) if asked.appended else set()
+    second = set(terms(asked.appended))
+    flags = tuple(item.word in second and item.word not in first for item in judged)
+    return Noted(asked.set_name, asked.half, asked.mix, asked.text, judged, flags, shown)
+
+
+def observed_engine(directory: Path, embedder: Embedder, counter: TokenCounter, log: UnfoundLog) -> Engine:
+    """:func:`bench.common.offline_engine` on ``directory``, its answerer telling ``log`` how
+    the unfound words of each partial answer were judged."""
+    plain = offline_engine(directory, embedder, counter)
+    summarizer = ExtractiveSummarizer(counter, plain.settings.summary_tokens)
+    answerer = ExtractiveAnswerer(embedder, on_unfound=log)
+    return Engine(plain.store, embedder, counter, summarizer, answerer, plain.settings)
 
 
 def warm_up(engine: Engine, asked: Asked) -> None:
@@ -170,6 +313,127 @@ def off_topic_table(tallies: dict[str, Tally]) -> str:
     rows = [[name, tally.asked, tally.refused, f"{100 * tally.share(tally.refused):.1f} %"]
             for name, tally in tallies.items()]
     return table(["questions from", "asked elsewhere", "refused", "share refused"], rows)
+
+
+@dataclass(frozen=True, slots=True)
+class NoteShares:
+    """The note on a group of answered questions under one rule: the share of answerable
+    answers carrying it and of mixed answers naming a word of their second question."""
+
+    answerable: int
+    answerable_noted: float
+    mixed: int
+    mixed_named: float
+
+    @property
+    def margin(self) -> float:
+        """Mixed answers naming what is missing, less false notes."""
+        return self.mixed_named - self.answerable_noted
+
+
+def note_shares(notes: Sequence[Noted], named: str | tuple[float, float]) -> NoteShares:
+    """The note's shares on ``notes`` when words are named ``named``: "before" (every word
+    the scope listed), "after" (as this run's answerer named them) or at the thresholds
+    (closeness, gain)."""
+
+    def words(note: Noted) -> list[bool]:
+        if named == "before":
+            return [True] * len(note.judged)
+        if named == "after":
+            return [item.named for item in note.judged]
+        assert isinstance(named, tuple)
+        return note.named_at(*named)
+
+    plain = [note for note in notes if not note.mix]
+    mixes = [note for note in notes if note.mix]
+    noted = sum(1 for note in plain if any(words(note)))
+    hit = sum(1 for note in mixes if any(w and a for w, a in zip(words(note), note.appended)))
+    return NoteShares(len(plain), noted / len(plain) if plain else math.nan,
+                      len(mixes), hit / len(mixes) if mixes else math.nan)
+
+
+def fit_note(notes: Sequence[Noted]) -> tuple[tuple[float, float], list[tuple[float, float]]]:
+    """The thresholds (closeness, gain) of :data:`CLOSENESS_GRID` x :data:`GAIN_GRID` fitted on
+    the fit half, and every pair that ties with them.
+
+    The most mixed answers naming a word of their second question, among the pairs that
+    leave the note on at most :data:`NOTE_RARE` of the answerable answers (the best
+    :attr:`NoteShares.margin` when none does). Ties go to the fewest notes on answerable
+    questions, then to the lowest gain and the lowest closeness: where the fit half cannot
+    tell, the gain test names a neighbouring topic rather than stay silent.
+    """
+    fit = [note for note in notes if note.half == FIT]
+    scored = [(note_shares(fit, (c, g)), (c, g)) for c in CLOSENESS_GRID for g in GAIN_GRID]
+    usable = [(shares, pair) for shares, pair in scored if not math.isnan(shares.margin)]
+    if not usable:
+        return (UNFOUND_CLOSENESS, UNFOUND_GAIN), []
+    rare = [(shares, pair) for shares, pair in usable if shares.answerable_noted <= NOTE_RARE]
+    if rare:
+        top = max(shares.mixed_named for shares, _ in rare)
+        tied = [(shares, pair) for shares, pair in rare if shares.mixed_named >= top - 1e-12]
+    else:
+        top = max(shares.margin for shares, _ in usable)
+        tied = [(shares, pair) for shares, pair in usable if shares.margin >= top - 1e-12]
+    chosen, pair = min(tied, key=lambda item: (item[0].answerable_noted, item[1][1], item[1][0]))
+    return pair, [other for shares, other in tied if shares.answerable_noted == chosen.answerable_noted]
+
+
+def _pct(share: float) -> str:
+    return "-" if math.isnan(share) else f"{100 * share:.1f} %"
+
+
+def note_table(notes: Sequence[Noted]) -> str:
+    """Per set and half (and all sets per half): the share of answerable answers with the note,
+    and of each kind of mixed answers naming a word of their second question; before and
+    after the meaning check (each as "before -> after")."""
+    rows = []
+    groups = [*dict.fromkeys(note.set_name for note in notes), "all"]
+    for name in groups:
+        for half in (FIT, HELD):
+            group = [n for n in notes if n.half == half and name in ("all", n.set_name)]
+            row: list[object] = [name, half]
+            for mix in (OTHER_SET, SAME_SET):
+                kind = [n for n in group if n.mix in ("", mix)]
+                before, after = note_shares(kind, "before"), note_shares(kind, "after")
+                if mix == OTHER_SET:
+                    row += [before.answerable, f"{_pct(before.answerable_noted)} -> {_pct(after.answerable_noted)}"]
+                row += [before.mixed, f"{_pct(before.mixed_named)} -> {_pct(after.mixed_named)}"]
+            rows.append(row)
+    headers = ["set", "half", "answerable answered", "with a note", f"mixed ({OTHER_SET}) answered",
+               "naming the 2nd question", f"mixed ({SAME_SET}) answered", "naming the 2nd question"]
+    return table(headers, rows)
+
+
+def mixed_table(tallies: dict[str, dict[str, Tally]]) -> str:
+    """Mixed questions asked and refused, per kind and set of the first question."""
+    rows = [[mix, name, tally.asked, tally.refused, _pct(tally.share(tally.refused))]
+            for mix, by_set in tallies.items() for name, tally in by_set.items()]
+    return table(["mixed", "first question from", "asked", "refused", "share refused"], rows)
+
+
+def fit_lines(notes: Sequence[Noted]) -> list[str]:
+    """The fitted thresholds and the module's, each with its figures on both halves."""
+    best, tied = fit_note(notes)
+    lines = []
+    for label, pair in (("module constants", (UNFOUND_CLOSENESS, UNFOUND_GAIN)), ("best on this fit half", best)):
+        figures = "; ".join(
+            f"{half}: answerable with note {_pct(s.answerable_noted)} of {s.answerable}, mixed naming the 2nd "
+            f"question {_pct(s.mixed_named)} of {s.mixed}"
+            for half in (FIT, HELD) for s in [note_shares([n for n in notes if n.half == half], pair)])
+        lines.append(f"{label}: closeness {pair[0]}, gain {pair[1]} -> {figures}")
+    if tied:
+        closeness = sorted({c for c, _ in tied})
+        gains = sorted({g for _, g in tied})
+        lines.append(f"{len(tied)} pairs tie on the fit half: closeness {closeness[0]}-{closeness[-1]}, "
+                     f"gain {gains[0]}-{gains[-1]}")
+    return lines
+
+
+def note_payload(note: Noted) -> dict[str, object]:
+    return {"set": note.set_name, "half": note.half, "mix": note.mix, "question": note.text, "shown": note.shown,
+            "words": [{"word": item.word, "clause": item.clause, "closeness": item.closeness,
+                       "without": item.without, "named": item.named, "appended": flag}
+                      for item, flag in zip(note.judged, note.appended)]}
 
 
 def check_targets(answered: dict[str, Tally], elsewhere: dict[str, Tally]) -> list[dict[str, object]]:
@@ -229,18 +493,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     counter = embedder.token_counter()
     answered: dict[str, Tally] = {}
     elsewhere: dict[str, Tally] = {}
+    mixes: dict[str, dict[str, Tally]] = {OTHER_SET: {}, SAME_SET: {}}
+    notes: list[Noted] = []
+    log = UnfoundLog()
     with data_dir(args.data_dir, "bench-answers-") as directory, Stopwatch() as run:
-        engine = offline_engine(directory, embedder, counter)
+        engine = observed_engine(directory, embedder, counter, log)
         built_with = offline_identity(engine, counter)
         with Stopwatch() as setup:
             keys = {data.name: ensure_article_channels(engine, data.articles, built_with) for data in sets}
         questions, strays = answerable(sets, keys), off_topic(sets, keys)
+        mixed_questions = {mix: mixed(sets, keys, mix) for mix in mixes}
         print(f"\n{len(keys)} sets, {sum(len(k) for k in keys.values())} channels (one tree per document) ready in "
-              f"{setup.seconds:.1f} s; {len(questions)} answerable questions, {len(strays)} off-topic")
+              f"{setup.seconds:.1f} s; {len(questions)} answerable questions, {len(strays)} off-topic, mixed: "
+              + ", ".join(f"{len(asked)} with a question of the {mix}" for mix, asked in mixed_questions.items()))
         if questions:
             warm_up(engine, questions[0])
-        asyncio.run(ask_all(engine, questions, answered, timed=True))
+        asyncio.run(ask_all(engine, questions, answered, timed=True, log=log, notes=notes))
         asyncio.run(ask_all(engine, strays, elsewhere, timed=False))
+        for mix, asked in mixed_questions.items():
+            asyncio.run(ask_all(engine, asked, mixes[mix], timed=False, log=log, notes=notes))
     for data in sets:
         if data.duplicates:
             print(f"{data.name}: duplicate lines dropped: {list(data.duplicates)}")
@@ -251,6 +522,15 @@ def main(argv: Sequence[str] | None = None) -> int:
           "ask: await Engine.answer (retrieve + extractive answer), after one warm-up question.")
     print(heading("Off-topic questions (asked in a channel of another set)"))
     print(off_topic_table(elsewhere) if elsewhere else "none: needs QuALITY or review questions and another set")
+    print(heading("The unfound-words note (\"I found nothing about ...\")"))
+    print(note_table(notes))
+    print("before: every word the scope lists as missing is named; after: only those the meaning check keeps "
+          "(raptor_engine/unfound.py). Answerable: share of the answered questions with a note (should be rare). "
+          "Mixed: an answerable question followed in its channel by a question of another set, or of another "
+          "document of the same set; share of the answered ones whose note names a word of the second question. "
+          "Fit half: documents at even positions; thresholds fitted on all mixed questions of the fit half together.")
+    print(mixed_table(mixes))
+    print("\n".join(fit_lines(notes)))
     checked = check_targets(answered, elsewhere)
     print(heading("Targets (issue 12)"))
     print("\n".join(target_line(entry) for entry in checked))
@@ -267,6 +547,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "duplicate_lines_dropped": list(data.duplicates)} for data in sets},
         "answerable": {name: tally_payload(tally) for name, tally in answered.items()},
         "off_topic": {name: tally_payload(tally) for name, tally in elsewhere.items()},
+        "mixed": {mix: {name: tally_payload(tally) for name, tally in by_set.items()} for mix, by_set in mixes.items()},
+        "note": {
+            "shares": {half: {rule: asdict(note_shares([n for n in notes if n.half == half], rule))
+                              for rule in ("before", "after")} for half in (FIT, HELD)},
+            "fitted": list(fit_note(notes)[0]),
+            "constants": [UNFOUND_CLOSENESS, UNFOUND_GAIN],
+            "questions": [note_payload(note) for note in notes],
+        },
         "targets": checked,
     })
     return 0

@@ -15,8 +15,15 @@ judged during retrieval:
 
 Either way no two quoted sentences are near duplicates (token Jaccard at least
 ``duplicate_jaccard``), sentences are grouped by source and keep their order in
-the document (leaves carry their span), and the question's words that the
-channel never uses are named at the end ("I found nothing about …").
+the document (leaves carry their span).
+
+A partial answer ends by naming what the material lacks ("I found nothing about
+…"): of the question's words that the channel never uses (``Scope.missing``,
+compared by stem), those whose clause of the question is also far in meaning
+from the sentences the answer was chosen from (and its lead summary): see
+``unfound.py`` for the rule and its fitted threshold. A word that is absent
+only in spelling ("reached" when the text says a page is not acknowledged) is
+not named, and when no word is left there is no note.
 
 Called without a scope (an older caller), the answerer falls back on a cosine
 floor: nodes and sentences under ``min_relevance`` do not answer.
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,10 +46,16 @@ from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.protocols import Embedder
 from raptor_engine.scope import Scope
 from raptor_engine.types import Answer, Citation, Hit
+from raptor_engine.unfound import Judged, judge
 
 NOT_FOUND = "I could not find anything about that in this channel's material."
 QUOTE_CHARS = 200
 _TOKEN = re.compile(r"\w+")
+_NO_EVIDENCE = np.zeros((0, 0), dtype=np.float32)
+
+#: Told the question and how each of its lexically missing words was judged, for each
+#: answer that had any (``bench.answers`` measures the note with it).
+UnfoundObserver = Callable[[str, tuple[Judged, ...]], None]
 
 
 def nothing_about(words: Sequence[str]) -> str:
@@ -81,11 +94,22 @@ class _Sentence:
 
 
 class ExtractiveAnswerer:
-    """An :class:`~raptor_engine.protocols.Answerer` that quotes the best-supported sentences."""
+    """An :class:`~raptor_engine.protocols.Answerer` that quotes the best-supported sentences.
 
-    def __init__(self, embedder: Embedder, settings: ExtractiveSettings = ExtractiveSettings()) -> None:
+    ``on_unfound``, where given, is called (in the answering thread) with the question
+    and the judgement of its lexically missing words, for every found answer whose
+    scope had any; it must not raise.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        settings: ExtractiveSettings = ExtractiveSettings(),
+        on_unfound: UnfoundObserver | None = None,
+    ) -> None:
         self._embedder = embedder
         self._settings = settings
+        self._on_unfound = on_unfound
 
     @property
     def identity(self) -> str:
@@ -110,36 +134,46 @@ class ExtractiveAnswerer:
         if lead is not None:
             others = [hit for hit in relevant if hit is not lead]
             others.sort(key=lambda hit: hit.node.layer > 0)  # supporting excerpts from leaves first
-            answer = self._broad(question, lead, others[: self._settings.max_excerpt_nodes], hits)
+            answer, evidence = self._broad(question, lead, others[: self._settings.max_excerpt_nodes], hits)
         else:
-            answer = self._detail(question, relevant[: self._settings.max_nodes], hits, floor)
+            answer, evidence = self._detail(question, relevant[: self._settings.max_nodes], hits, floor)
         if answer.found and scope is not None and scope.missing:
-            answer = Answer(f"{answer.text} {nothing_about(scope.missing)}", answer.citations, answer.hits, True)
+            judged = judge(self._embedder, question, scope.missing, evidence)
+            if self._on_unfound is not None:
+                self._on_unfound(question, judged)
+            unfound = [item.word for item in judged if item.named]
+            if unfound:
+                answer = Answer(f"{answer.text} {nothing_about(unfound)}", answer.citations, answer.hits, True)
         return answer
 
-    def _detail(self, question: str, nodes: list[Hit], hits: Sequence[Hit], floor: float) -> Answer:
-        """The best sentences of ``nodes``, above ``floor`` and the relative cut."""
+    def _detail(self, question: str, nodes: list[Hit], hits: Sequence[Hit], floor: float) -> tuple[Answer, np.ndarray]:
+        """The best sentences of ``nodes``, above ``floor`` and the relative cut; and the
+        evidence they were chosen from (see :meth:`_pick`)."""
         candidates = _distinct_sentences(nodes)
-        picked = self._pick(question, candidates, self._settings.max_sentences, floor)
+        picked, evidence = self._pick(question, candidates, self._settings.max_sentences, floor)
         if not picked:
-            return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False)
-        return _cited([], _in_reading_order(picked, nodes), nodes, hits)
+            return Answer(text=NOT_FOUND, citations=(), hits=tuple(hits), found=False), evidence
+        return _cited([], _in_reading_order(picked, nodes), nodes, hits), evidence
 
-    def _broad(self, question: str, lead: Hit, others: list[Hit], hits: Sequence[Hit]) -> Answer:
-        """The lead summary, trimmed, then the best supporting sentences of the other nodes."""
+    def _broad(self, question: str, lead: Hit, others: list[Hit], hits: Sequence[Hit]) -> tuple[Answer, np.ndarray]:
+        """The lead summary, trimmed, then the best supporting sentences of the other nodes;
+        and the evidence they were chosen from (see :meth:`_pick`)."""
         summary = trim(lead.node.text, self._settings.summary_chars)
         nodes = [lead, *others]
         candidates = [s for s in _distinct_sentences(nodes) if s.hit > 0]
         said = [_tokens(sentence) for sentence in sentences_of(summary)]
         fresh = [s for s in candidates if not any(_similar(_tokens(s.text), t, self._settings) for t in said)]
-        picked = self._pick(question, fresh, self._settings.max_excerpts, float("-inf"), summary)
-        return _cited([(0, summary)], _in_reading_order(picked, nodes), nodes, hits)
+        picked, evidence = self._pick(question, fresh, self._settings.max_excerpts, float("-inf"), summary)
+        if not evidence.size:  # no supporting sentence to choose from: the summary alone answers
+            evidence = self._embedder.embed([summary])
+        return _cited([(0, summary)], _in_reading_order(picked, nodes), nodes, hits), evidence
 
     def _pick(
         self, question: str, candidates: list[_Sentence], limit: int, floor: float, lead: str = ""
-    ) -> list[_Sentence]:
+    ) -> tuple[list[_Sentence], np.ndarray]:
         """Up to ``limit`` of ``candidates``, best first: above ``floor`` and the relative cut,
-        and none a near duplicate of one picked before it.
+        and none a near duplicate of one picked before it; and the evidence: the embeddings
+        of the candidates and of ``lead``, one unit row each (none when nothing was embedded).
 
         A sentence scores its cosine to the question; with a ``lead`` summary, the
         mean of its cosines to the question and to the lead, so that supporting
@@ -147,11 +181,12 @@ class ExtractiveAnswerer:
         is too generic to choose by).
         """
         if not candidates or limit <= 0:
-            return []
+            return [], _NO_EVIDENCE
         # Embedded apart: a batch is padded to its longest text, and a summary is several
         # times longer than a sentence (one batch of both took 3.5 times as long).
         anchors = [self._embedder.embed([text])[0] for text in ([question, lead] if lead else [question])]
         vectors = self._embedder.embed([s.text for s in candidates])
+        evidence = np.vstack([vectors, *anchors[1:]])  # the question itself is no evidence
         scores = (vectors @ np.vstack(anchors).T).mean(axis=1)
         order = np.argsort(-scores, kind="stable")
         best = float(scores[order[0]])
@@ -167,7 +202,7 @@ class ExtractiveAnswerer:
                 continue
             picked.append(candidates[index])
             seen.append(tokens)
-        return picked
+        return picked, evidence
 
 
 def _cited(

@@ -132,7 +132,7 @@ def test_answers_report_recall_summary_citations_and_refusals(
         assert expected in out
     figures = json.loads(report.read_text())
     assert list(figures["answerable"]) == ["quality", "patents", "reviews"]
-    assert [figures["answerable"][n]["questions"] for n in SET_FILES] == [2, 1, 2]
+    assert [figures["answerable"][n]["questions"] for n in ("quality", "patents", "reviews")] == [2, 1, 2]
     assert list(figures["off_topic"]) == ["quality", "reviews"]  # the patent question is generic: never off topic
     assert [figures["off_topic"][n]["questions"] for n in ("quality", "reviews")] == [2, 2]
     for tally in figures["answerable"].values():
@@ -141,6 +141,15 @@ def test_answers_report_recall_summary_citations_and_refusals(
     assert [t["name"] for t in figures["targets"]] == [
         "patent answers citing a summary", "answerable questions refused", "off-topic questions refused"]
     assert all(isinstance(t["pass"], bool) for t in figures["targets"])
+    # The unfound-words note: before and after the meaning check, per half, on answerable and mixed questions.
+    assert "The unfound-words note" in out and "module constants: closeness" in out
+    mixed = figures["mixed"]
+    assert [mixed[answers.OTHER_SET][n]["questions"] for n in ("quality", "patents", "reviews")] == [2, 1, 2]
+    assert mixed[answers.SAME_SET] == {}  # one document per set: no other document to mix with
+    note = figures["note"]
+    assert set(note["shares"]) == {answers.FIT, answers.HELD} and set(note["shares"][answers.FIT]) == {"before", "after"}
+    assert len(note["fitted"]) == 2 and note["constants"] == [answers.UNFOUND_CLOSENESS, answers.UNFOUND_GAIN]
+    assert all(q["half"] == answers.FIT for q in note["questions"])  # one document per set: the fit half only
 
 
 # -- the data ------------------------------------------------------------------

@@ -74,6 +74,20 @@ def test_a_partial_answer_names_what_it_did_not_find(engine: Engine, lighthouse:
     assert "I found nothing" not in complete.text
 
 
+def test_the_note_names_only_what_the_material_lacks_in_meaning(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    # The README's sample question: the handbook never says "reached", but an unacknowledged page escalates.
+    reached = ask(engine, channel, "What happens when the on-call engineer cannot be reached?")
+    assert reached.found and "escalates automatically to the secondary on-call" in reached.text
+    assert "I found nothing about" not in reached.text
+    # The handbook has nothing on parental leave: the covered half is answered, the other named.
+    mixed = ask(engine, channel, "What is the on-call rule and the parental leave policy?")
+    assert mixed.found and "on-call" in mixed.text
+    note = mixed.text.rpartition("I found nothing about ")[2]
+    assert "parental" in note and "leave" in note
+
+
 def test_an_overview_question_gets_a_summary_led_answer(engine: Engine, channel: ChannelKey) -> None:
     engine.ingest_file(channel, SAMPLE)
     asyncio.run(engine.rebuild(channel))
