@@ -294,10 +294,19 @@ def offline_identity(engine: Engine, counter: TokenCounter) -> str:
     return f"{summarizer.identity}/chunk{engine.settings.chunk_tokens}"
 
 
+def pooled_channel(articles: Sequence[Article]) -> ChannelKey:
+    """The one channel holding every document of a set (``--pooled``), named by a digest of them all."""
+    digest = hashlib.sha256("\0".join(normalised(a.text) for a in articles).encode()).hexdigest()[:8]
+    dataset = articles[0].dataset if articles else "none"
+    return ChannelKey("bench", dataset, f"pooled-{len(articles)}-{digest}")
+
+
 def ensure_article_channels(
-    engine: Engine, articles: Sequence[Article], built_with: str = ""
+    engine: Engine, articles: Sequence[Article], built_with: str = "", pooled: bool = False
 ) -> dict[int, ChannelKey]:
     """One built channel per article, by article index: built now, or reused when already built.
+    With ``pooled``, one channel holding every article instead (each index maps to it): a
+    budget is then a small part of the material, as in a team's channel of many files.
 
     Ingesting a stored text again is a no-op, and a channel whose tree covers
     its source is not rebuilt, so a ``--data-dir`` built before is reused as is.
@@ -305,17 +314,16 @@ def ensure_article_channels(
     was built otherwise, or by a caller that did not say, is rebuilt (reusing its
     leaves and any summary still valid), so a changed summariser is measured.
     """
-    keys: dict[int, ChannelKey] = {}
+    keys = {a.index: pooled_channel(articles) if pooled else article_channel(a) for a in articles}
     for article in articles:
-        key = article_channel(article)
-        engine.ingest(key, article_document(article))
+        engine.ingest(keys[article.index], article_document(article))
+    for key in dict.fromkeys(keys.values()):
         stats = engine.stats(key)
         stale = bool(built_with) and engine.notes(key).get(BUILT_WITH_NOTE) != built_with
         if stats.version == 0 or stats.pending_sources or stale:
             asyncio.run(engine.rebuild(key))
             if built_with:
                 engine.set_note(key, BUILT_WITH_NOTE, built_with)
-        keys[article.index] = key
     return keys
 
 

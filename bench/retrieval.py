@@ -52,6 +52,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 from bench.common import (
     Article,
     DataSet,
+    Question,
     Stopwatch,
     data_dir,
     ensure_article_channels,
@@ -74,10 +75,9 @@ from bench.measure import (
     Interval,
     Paired,
     content_words,
+    distinguishing_words,
     mean_interval,
     paired_difference,
-    specific_recall,
-    specific_words,
     word_recall,
 )
 from raptor_engine import ChannelKey, Embedder, Engine, Hit, Node, RetrievalMode, TokenCounter
@@ -227,7 +227,7 @@ class Outcomes:
     tokens: list[int] = field(default_factory=list)
     summary_share: list[float] = field(default_factory=list)
     half: list[str] = field(default_factory=list)  # FIT or HELD: the half of the set its document is in
-    specific: list[float] = field(default_factory=list)  # specific-word recall (bench.measure)
+    specific: list[float] = field(default_factory=list)  # recall of the gold's distinguishing words
 
     def add(self, recall: float, tokens: int, summary_tokens: int, half: str, specific: float) -> None:
         self.recall.append(recall)
@@ -241,28 +241,42 @@ Results = dict[int, dict[str, Outcomes]]
 """Outcomes by budget, then by method."""
 
 
-class DocumentBench:
-    """Every method over one document's channel: the served tree's leaves and their
-    stored embeddings for the flat baselines, its sentences for the oracle."""
+@dataclass(frozen=True, slots=True)
+class ChannelLeaves:
+    """A built channel's leaves in reading order, their stored embeddings and BM25 over them:
+    what the flat baselines rank (read once per channel, shared by its documents)."""
 
-    def __init__(self, engine: Engine, key: ChannelKey, article: Article, counter: TokenCounter, half: str) -> None:
-        self._engine = engine
-        self._key = key
-        self._half = half
-        self._chance = random.Random(article.index)  # the same draws in every run
+    leaves: list[Node]
+    vectors: np.ndarray
+    bm25: BM25
+
+    @classmethod
+    def read(cls, engine: Engine, key: ChannelKey) -> ChannelLeaves:
         leaves = sorted(tree_nodes(engine, key, 0), key=lambda n: (n.source_ids, n.ordinal, n.id))
         state = engine.store.channel(key).live_state()
         if state is None:
             raise RuntimeError(f"{key} has no tree: build its channel first (ensure_article_channels)")
         stored = engine.store.channel(key).get_tree_embeddings(state.version, [n.id for n in leaves])
-        self.leaves = leaves
-        self._vectors = np.vstack([stored[n.id] for n in leaves])
-        self._bm25 = BM25([n.text for n in leaves])
+        return cls(leaves, np.vstack([stored[n.id] for n in leaves]), BM25([n.text for n in leaves]))
+
+
+class DocumentBench:
+    """Every method over one document's channel: the served tree's leaves and their
+    stored embeddings for the flat baselines, its sentences for the oracle."""
+
+    def __init__(self, engine: Engine, key: ChannelKey, article: Article, counter: TokenCounter, half: str,
+                 channel: ChannelLeaves) -> None:
+        self._engine = engine
+        self._key = key
+        self._half = half
+        self._chance = random.Random(article.index)  # the same draws in every run
+        self.leaves = channel.leaves
+        self._vectors = channel.vectors
+        self._bm25 = channel.bm25
         self._sentences = document_sentences(article.text, counter)
         self._whole = content_words(normalised(article.text))
         self._whole_tokens = sum(s.tokens for s in self._sentences)
         self._words: dict[str, frozenset[str]] = {}
-        self._specific = specific_words([n.text for n in leaves])
 
     def _context_words(self, nodes: Sequence[Node]) -> frozenset[str]:
         words: set[str] = set()
@@ -272,9 +286,10 @@ class DocumentBench:
             words |= self._words[node.id]
         return frozenset(words)
 
-    def score(self, question: str, gold: str, vector: np.ndarray, budgets: Sequence[int], results: Results) -> None:
+    def score(self, asked: Question, vector: np.ndarray, budgets: Sequence[int], results: Results) -> None:
         """Adds one question's outcome for every method and budget to ``results``."""
-        wanted = content_words(gold)
+        question, wanted = asked.text, content_words(asked.gold)
+        telling = distinguishing_words(asked.gold, asked.options)
         bm25 = self._bm25.scores(question)
         dense = self._vectors @ vector
         drawn = np.array([self._chance.random() for _ in self.leaves])
@@ -282,11 +297,11 @@ class DocumentBench:
         for budget in budgets:
             row = results.setdefault(budget, {name: Outcomes() for name in METHODS})
             for name, mode in ENGINE_MODES.items():
-                self._add(row[name], wanted, self._engine_nodes(question, mode, budget))
+                self._add(row[name], wanted, telling, self._engine_nodes(question, mode, budget))
             for name, scores in flat.items():
-                self._add(row[name], wanted, ranked(self.leaves, scores, budget))
+                self._add(row[name], wanted, telling, ranked(self.leaves, scores, budget))
             row[WHOLE].add(word_recall(wanted, self._whole), self._whole_tokens, 0, self._half,
-                           specific_recall(wanted, self._whole, self._specific))
+                           word_recall(telling, self._whole))
             recall, used = oracle_recall(wanted, self._sentences, budget)
             row[ORACLE].add(recall, used, 0, self._half, float("nan"))  # the oracle maximises plain recall only
 
@@ -295,24 +310,28 @@ class DocumentBench:
         settings = replace(self._engine.settings.retrieval, mode=mode, budget=budget)
         return [hit.node for hit in self._engine.retrieve(self._key, question, settings)]
 
-    def _add(self, outcomes: Outcomes, wanted: frozenset[str], nodes: Sequence[Node]) -> None:
+    def _add(self, outcomes: Outcomes, wanted: frozenset[str], telling: frozenset[str], nodes: Sequence[Node]) -> None:
         summary_tokens = sum(n.tokens for n in nodes if n.layer > 0)
         found = self._context_words(nodes)
         outcomes.add(word_recall(wanted, found), sum(n.tokens for n in nodes), summary_tokens, self._half,
-                     specific_recall(wanted, found, self._specific))
+                     word_recall(telling, found))
 
 
 def run_set(
-    engine: Engine, embedder: Embedder, counter: TokenCounter, data: DataSet, budgets: Sequence[int], built_with: str
+    engine: Engine, embedder: Embedder, counter: TokenCounter, data: DataSet, budgets: Sequence[int], built_with: str,
+    pooled: bool = False,
 ) -> Results:
-    """Every question of one set through every method at every budget."""
-    keys = ensure_article_channels(engine, data.articles, built_with)
+    """Every question of one set through every method at every budget (``pooled``: every
+    document in one channel, see :func:`~bench.common.ensure_article_channels`)."""
+    keys = ensure_article_channels(engine, data.articles, built_with, pooled)
+    channels = {key: ChannelLeaves.read(engine, key) for key in dict.fromkeys(keys.values())}
     results: Results = {}
     for position, article in enumerate(data.articles):
-        bench = DocumentBench(engine, keys[article.index], article, counter, FIT if position % 2 == 0 else HELD)
+        key = keys[article.index]
+        bench = DocumentBench(engine, key, article, counter, FIT if position % 2 == 0 else HELD, channels[key])
         vectors = embedder.embed([q.text for q in article.questions])  # one batched call per document
         for question, vector in zip(article.questions, vectors, strict=True):
-            bench.score(question.text, question.gold, vector, budgets, results)
+            bench.score(question, vector, budgets, results)
     return results
 
 
@@ -355,7 +374,7 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-MEASURES = ("recall", "specific")  # plain content-word recall, and specific-word recall
+MEASURES = ("recall", "specific")  # plain content-word recall, and recall of the distinguishing words
 
 
 def figures(row: dict[str, Outcomes], measure: str = "recall") -> tuple[str, dict[str, MethodFigures]]:
@@ -460,7 +479,7 @@ def collapsed_figures(all_figures: dict[str, SetFigures]) -> dict[str, float]:
 
 
 def read_baseline(path: Path, measure: str = "recall") -> dict[str, float]:
-    """Collapsed's recall (or specific-word recall) by ``set@budget`` from a baseline file;
+    """Collapsed's recall (or distinguishing-word recall) by ``set@budget`` from a baseline file;
     empty when there is none."""
     if not path.exists():
         return {}
@@ -482,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="token budgets for every set (default: 500,2000)")
     parser.add_argument("--baseline", type=Path, default=BASELINE, metavar="FILE",
                         help=f"the figures to compare collapsed with (default {BASELINE})")
+    parser.add_argument("--pooled", action="store_true",
+                        help="every document of a set in one channel (a budget is then a small part of it); "
+                             "compared with the baseline's pooled figures")
     parser.add_argument("--save-baseline", action="store_true",
                         help="write this run's collapsed figures to the --baseline file (merged with what it has)")
     return parser
@@ -504,9 +526,8 @@ MEASURE_NOTE = (
     "higher/lower than it; summaries: share of the context's tokens from summary nodes; chance: leaves drawn at "
     "random into the budget. The oracle extract "
     "is a greedy budgeted max-coverage of the gold words by the document's sentences (a lower bound of the best "
-    "extract: within (1-1/e)/2 in theory, near it in practice). Specific-word recall weighs each gold word "
-    "found by ln(1 + N/n), n of the document's N excerpts holding it (words of no excerpt left out), so a word "
-    "any choice of excerpts holds counts little. Fit half: the documents at even positions of "
+    "extract: within (1-1/e)/2 in theory, near it in practice). Distinguishing-word recall: the same over the "
+    "gold's words that no wrong option uses (multiple choice: QuALITY; the plain recall elsewhere). Fit half: the documents at even positions of "
     "each set (where constants are fitted); other half: odd positions."
 )
 
@@ -527,13 +548,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         built_with = offline_identity(engine, counter)
         for data in sets:
             with Stopwatch() as watch:
-                results = run_set(engine, embedder, counter, data, args.budgets, built_with)
-            all_figures[data.name] = {budget: figures(results[budget]) for budget in args.budgets if budget in results}
-            specific[data.name] = {budget: figures(results[budget], "specific")
-                                   for budget in args.budgets if budget in results}
-            payload_sets[data.name] = set_payload(data, all_figures[data.name], watch.seconds) | {
-                "specific": set_payload(data, specific[data.name], watch.seconds)["budgets"]}
-            print_set(data, all_figures[data.name], watch.seconds)
+                results = run_set(engine, embedder, counter, data, args.budgets, built_with, args.pooled)
+            label = f"{data.name} pooled" if args.pooled else data.name  # pooled figures are kept apart
+            all_figures[label] = {budget: figures(results[budget]) for budget in args.budgets if budget in results}
+            specific[label] = {budget: figures(results[budget], "specific") for budget in args.budgets if budget in results}
+            payload_sets[label] = set_payload(data, all_figures[label], watch.seconds) | {
+                "specific": set_payload(data, specific[label], watch.seconds)["budgets"]}
+            print_set(data, all_figures[label], watch.seconds)
     print(f"\nrun took {run.seconds:.1f} s; trees built with {built_with}")
     print(MEASURE_NOTE)
     baseline = read_baseline(args.baseline)
@@ -543,13 +564,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     lost = regressions(current, baseline)
     print(f"\nagainst {args.baseline}: " + (f"LOST more than 1 point on {', '.join(lost)}" if lost else
                                           "no set and budget lost more than 1 point" if baseline else "no baseline"))
-    print(heading("Every set and budget, specific-word recall (%; margins in points)"))
+    print(heading("Every set and budget, distinguishing-word recall (%; margins in points)"))
     print(summary_table(specific, read_baseline(args.baseline, "specific")))
     checked = check_targets(all_figures)
     checked_specific = check_targets(specific)
     print(heading("Targets (issue 27), plain recall"))
     print("\n".join(target_line(entry) for entry in checked))
-    print(heading("The same targets, specific-word recall"))
+    print(heading("The same targets, distinguishing-word recall"))
     print("\n".join(target_line(entry) for entry in checked_specific))
     print("\n" + machine_line("machine at end"))
     if args.save_baseline:

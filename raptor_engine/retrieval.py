@@ -40,9 +40,11 @@ holds anything about it.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -66,6 +68,7 @@ RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
 LEXICAL_WEIGHT = 0.5
 CENTRALITY_WEIGHT = 2.0  # summaries: cosine + this x centrality (1 and 3 did worse on patents)
 ANCESTOR_LEAVES = 40  # summaries are sought above this many best leaves
+TERMS_CACHE = 20_000  # node texts whose words are kept for coverage (a few MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +184,16 @@ def _covering(
     pool = [*leaves, *_summaries_for(query, scope, leaves, summaries)]
     relevance = [1.0 / (RRF_K + rank + 1) for rank in range(len(leaves))]
     relevance += [scope.breadth / (RRF_K + rank + 1) for rank in range(len(pool) - len(leaves))]
-    words = [frozenset(terms(hit.node.text)) for hit in pool]
+    words = [_terms_of(hit.node.text) for hit in pool]
     weights = _word_weights(words, relevance, scope.breadth, lexical)
     chosen = _greedy_cover(pool, words, weights, settings)
     return [hit for hit in chosen if hit.node.layer > 0] + [hit for hit in chosen if hit.node.layer == 0]
+
+
+@lru_cache(maxsize=TERMS_CACHE)
+def _terms_of(text: str) -> frozenset[str]:
+    """The indexable words of a node's text, kept: the same nodes come back question after question."""
+    return frozenset(terms(text))
 
 
 def _word_weights(
@@ -210,25 +219,32 @@ def _greedy_cover(
 ) -> list[Hit]:
     """Budgeted maximum coverage, greedily: the candidate adding the most weight of words not yet
     covered, while one fits (``settings.budget`` tokens, ``settings.top_k`` nodes). A candidate
-    adding nothing new is never taken, so a repeat spends no budget."""
+    adding nothing new is never taken, so a repeat spends no budget.
+
+    Lazy greedy (Minoux, 1978): a candidate's gain only shrinks as words get covered, so the
+    gains are kept in a heap and only the top one is recomputed until it stays on top.
+    """
+    heap = [(-sum(weights[w] for w in held), i) for i, held in enumerate(words)]
+    heapq.heapify(heap)
     chosen: list[Hit] = []
     taken: set[str] = set()
     covered: set[str] = set()
     used = 0
-    while len(chosen) < settings.top_k:
-        best, best_gain = -1, 0.0
-        for i, hit in enumerate(pool):
-            if hit.node.id in taken or used + cost(hit.node) > settings.budget:
-                continue
-            gain = sum(weights[word] for word in words[i] - covered)
-            if gain > best_gain:
-                best, best_gain = i, gain
-        if best < 0:
-            return chosen
-        chosen.append(pool[best])
-        taken.add(pool[best].node.id)
-        covered |= words[best]
-        used += cost(pool[best].node)
+    while heap and len(chosen) < settings.top_k:
+        _, i = heapq.heappop(heap)
+        hit = pool[i]
+        if hit.node.id in taken or used + cost(hit.node) > settings.budget:
+            continue  # taken already (a node can be a candidate twice), or it no longer fits: never will
+        gain = sum(weights[w] for w in words[i] - covered)
+        if gain <= 0:
+            continue
+        if heap and gain < -heap[0][0]:
+            heapq.heappush(heap, (-gain, i))  # stale: another may now add more
+            continue
+        chosen.append(hit)
+        taken.add(hit.node.id)
+        covered |= words[i]
+        used += cost(hit.node)
     return chosen
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from bench import answers, build, query, retrieval
 from bench.common import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
-from bench.measure import content_words, mean_interval, paired_difference, word_recall
+from bench.measure import content_words, distinguishing_words, mean_interval, paired_difference, word_recall
 from bench.retrieval import Sentence, oracle_recall, rrf_scores
 
 TINY_CHARS = 4000  # ~900 tokens: under every budget at 2,000, over 500
@@ -91,16 +91,20 @@ def test_query_reports_latency_percentiles(shared_dir: Path, capsys: pytest.Capt
 def test_retrieval_scores_every_method_at_every_budget(
     tiny_sources: Path, shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report = tmp_path / "retrieval.json"
-    assert retrieval.main(["--sources", str(tiny_sources), "--data-dir", str(shared_dir), "--json", str(report)]) == 0
+    report, baseline = tmp_path / "retrieval.json", tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"collapsed": {"quality@2000": 1.0}}), encoding="utf-8")  # unreachable: flagged
+    assert retrieval.main(["--sources", str(tiny_sources), "--data-dir", str(shared_dir), "--json", str(report),
+                           "--baseline", str(baseline)]) == 0
     out = capsys.readouterr().out
     for expected in ("one tree per document", "quality @ 2000 tokens", "patents @ 500 tokens", "reviews @ 2000 tokens",
-                     "best flat baseline", "oracle extract", "whole document", "== Targets (issue 12) ==",
-                     "patents@500", "reviews@500", "quality@2000"):
+                     "financial @ 500 tokens", "wikipedia @ 2000 tokens", "best flat baseline", "oracle extract",
+                     "whole document", "chance", "== Targets (issue 27), plain recall ==", "distinguishing-word recall",
+                     "fit half", "other half", "LOST more than 1 point on quality@2000"):
         assert expected in out
     figures = json.loads(report.read_text())
     budgets = {name: sorted(figures["sets"][name]["budgets"]) for name in SET_FILES}
-    assert budgets == {"quality": ["2000"], "patents": ["2000", "500"], "reviews": ["2000", "500"]}
+    assert budgets == {name: ["2000", "500"] for name in SET_FILES}
+    assert figures["lost_against_baseline"] == ["quality@2000"]
     for name in SET_FILES:
         for budget, at in figures["sets"][name]["budgets"].items():
             methods = at["methods"]
@@ -110,12 +114,13 @@ def test_retrieval_scores_every_method_at_every_budget(
                 # Every method's context is a part of the document (summaries are extractive offline).
                 assert all(0.0 <= r <= w + 1e-9 for r, w in zip(f["per_question_recall"], whole, strict=True)), method
                 assert 0.0 <= f["summary_share"] <= 1.0
+                assert set(f["halves"]) == {retrieval.FIT, retrieval.HELD}
             if budget == "2000":  # the whole tiny document fits: a flat baseline takes every leaf of the engine's
-                for method in retrieval.FLAT:
+                for method in (*retrieval.FLAT, retrieval.CHANCE):
                     assert methods[method]["per_question_recall"] == whole
             assert all(methods[m]["summary_share"] == 0.0 for m in (*retrieval.FLAT, retrieval.WHOLE))
     targets = figures["targets"]
-    assert [(t["set"], t["budget"]) for t in targets] == [("patents", 500), ("reviews", 500), ("quality", 2000)]
+    assert [(t["set"], t["budget"]) for t in targets] == [(t.set_name, t.budget) for t in retrieval.TARGETS]
     assert all(isinstance(t["pass"], bool) for t in targets)
 
 
@@ -227,3 +232,10 @@ def test_intervals_bracket_the_mean_and_pair_questions() -> None:
     paired = paired_difference([0.5, 0.6, 0.7], [0.4, 0.6, 0.8])
     assert paired.difference.mean == pytest.approx(0.0) and (paired.a_ahead, paired.b_ahead) == (1, 1)
     assert math.isnan(mean_interval([]).mean)
+
+
+def test_distinguishing_words_are_those_no_wrong_option_uses() -> None:
+    right = "He sold the red ship to Korvin"
+    options = (right, "He bought a red car", "Korvin sank the ship")
+    assert distinguishing_words(right, options) == {"sold"}
+    assert distinguishing_words("Paris in 1900", ()) == content_words("Paris in 1900")
