@@ -17,7 +17,7 @@ numba's cache is where the bot puts it by default (``<data_dir>/numba-cache``;
    this process, measured as ``bench.build`` does (model loaded, clustering
    worker warmed; target: within 1.5x). ``--warm-rebuild-s`` skips that
    measurement and uses a figure from an earlier ``bench.build`` run;
-5. the console chat (``python -m bot chat``) on the same directory, with the
+5. the console chat (``python -m bot serve``) on the same directory, with the
    article uploaded: seconds from spawn to the first answer's first
    citation line (target: under 10 s), then to exit after end of input.
 
@@ -100,7 +100,7 @@ def chat(data_dir: Path, lines: Sequence[str], until: re.Pattern[str] | None) ->
     output line matching ``until``, seconds to exit after end of input)."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        bot_command(data_dir, "chat"), cwd=REPO, env=child_env(), text=True,
+        bot_command(data_dir, "serve"), cwd=REPO, env=child_env(), text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     assert process.stdin is not None and process.stdout is not None
@@ -189,8 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     articles_ratio = by_label[f"rebuild {len(paths)} articles"] / warm_rebuild
     print(heading("Fresh processes (spawn to exit, one data directory, numba's cache under it)"))
     print(table(["step", "command", "seconds"], [(s.label, s.command, f"{s.seconds:.1f}") for s in steps]
-                + [("chat: first answer", "python -m bot chat", "-" if first_answer is None else f"{first_answer:.1f}"),
-                   ("chat: exit after end of input", "python -m bot chat", f"{chat_exit:.1f}")]))
+                + [("chat: first answer", "python -m bot serve", "-" if first_answer is None else f"{first_answer:.1f}"),
+                   ("chat: exit after end of input", "python -m bot serve", f"{chat_exit:.1f}")]))
     print(f"article: {words} words; numba cache files after the run: {cache_files}")
     print(f"warm rebuild of {len(paths)} articles in this process (as bench.build): {warm_rebuild:.1f} s"
           + ("" if warm_total is None else f" (ingest + rebuild {warm_total:.1f} s)"))

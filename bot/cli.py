@@ -40,7 +40,6 @@ CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
 SERVE = "serve"
 WORKER = "worker"
-SERVE_ALIASES = ("chat",)  # its name before Slack and Discord were served too
 CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
 
@@ -57,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Not required: with no command, the console chat opens (see main).
     commands = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
 
-    def command(name: str, help_text: str, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text, aliases=list(aliases))
-        sub.set_defaults(command=name)  # an alias runs the command it stands for
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(command=name)
         if name not in ("demo", SERVE, WORKER):
             sub.add_argument("--channel", required=True,
                              help="the channel's name, or a chat channel's key: platform/workspace/channel "
@@ -67,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     serve = command(SERVE, "serve the bot until stopped: on Slack and Discord when configured, "
-                           "else chat in this terminal (the default command)", SERVE_ALIASES)
+                           "else chat in this terminal (the default command)")
     serve.add_argument("--channel", help="the console channel's name (default: console.channel of the configuration)")
 
     command(WORKER, "take rebuild jobs from the coordination server's queue until stopped "

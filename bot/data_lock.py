@@ -108,7 +108,7 @@ def take_lock_file(path: Path) -> int:
 
 
 def _read_holder(fd: int) -> str:
-    """'process 1234 (python -m bot chat)' from the lock file; less when the holder has not
+    """'process 1234 (python -m bot serve)' from the lock file; less when the holder has not
     written it yet."""
     try:
         lines = os.pread(fd, 4096, 0).decode("utf-8", "replace").splitlines()

@@ -26,7 +26,7 @@ class ConfigError(BotError):
 
 class DataDirInUse(BotError):
     """Another process holds the embedded data directory's lock; nothing was written.
-    ``holder`` describes it ("process 1234 (python -m bot chat)")."""
+    ``holder`` describes it ("process 1234 (python -m bot serve)")."""
 
     def __init__(self, directory: Path, holder: str) -> None:
         self.directory = directory

@@ -333,10 +333,7 @@ class Engine:
     def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> list[Hit]:
         """The nodes that best answer ``question``, best first, within the token budget."""
         with self._gate.foreground():
-            return self._retrieve(key, question, settings)
-
-    def _retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> list[Hit]:
-        return self._retrieval(key, question, settings).hits
+            return self._retrieval(key, question, settings).hits
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""

@@ -95,7 +95,12 @@ def test_configured_platforms_are_chosen_and_not_the_console(tmp_path: Path) -> 
     assert not any(a.ends_on_its_own for a in adapters)
 
 
-@pytest.mark.parametrize("argv", [[], ["serve"], ["chat"], ["serve", "--channel", "x"], ["chat", "--channel", "x"]])
-def test_serve_is_the_default_command_and_chat_its_alias(argv: list[str]) -> None:
+@pytest.mark.parametrize("argv", [[], ["serve"], ["serve", "--channel", "x"]])
+def test_serve_is_the_default_command(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     assert args.command in (None, "serve")  # None: main() turns it into serve
+
+
+def test_the_old_chat_alias_of_serve_is_gone() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["chat"])

@@ -414,7 +414,7 @@ def test_python_m_bot_opens_the_chat(tmp_path: Path) -> None:
 def test_sigterm_stops_the_chat_cleanly(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "bot", "--data-dir", str(tmp_path / "data"), "chat", "--channel", "ops"],
+        [sys.executable, "-m", "bot", "--data-dir", str(tmp_path / "data"), "serve", "--channel", "ops"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
     )
     try:
