@@ -138,6 +138,13 @@ class LexicalIndex:
         best = positive[np.argsort(-scores[positive], kind="stable")[:n]]
         return [(self._ids[i], float(scores[i])) for i in best]
 
+    def rarest(self, query: str) -> int:
+        """How many indexed texts hold the query's rarest indexed word (0 when none is indexed)."""
+        if self._weights is None:
+            return 0
+        columns = self._columns(query)
+        return int(self._document_frequency[columns].min()) if columns.size else 0
+
     def idf(self, query: str) -> list[float]:
         """The idf of each of the query's distinct words (:func:`terms`), 0 for a word no text holds:
         how rare, and so how telling, each word is in these texts."""

@@ -63,9 +63,14 @@ DEFAULT_PER_LAYER = defaults.PER_LAYER
 MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
 _MENTION = re.compile(r"<@!?\w+>|@[\w.-]+")
 RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
-# Fitted on the dev sets with the scope constants (see scope.py): BM25 at full weight cost
-# 0.4 to 1.3 points of recall on QuALITY; at half weight it still puts an exact code first.
-LEXICAL_WEIGHT = 0.5
+# BM25's weight in the fusion, fitted on the fit half of the five dev sets (bench.retrieval, per
+# document and --pooled): 0.25 against 0.5 lifted one channel of 20 Wikipedia articles by 3.9
+# points at 500 tokens and 15 QuALITY stories by 1.7 at 2,000, costing no set more than 0.4.
+# A question holding a word that at most RARE_TEXTS texts hold (a name, a code, an error
+# message) gets EXACT_WEIGHT instead: that word is the best evidence there is.
+LEXICAL_WEIGHT = 0.25
+EXACT_WEIGHT = 1.0
+RARE_TEXTS = 2
 CENTRALITY_WEIGHT = 2.0  # summaries: cosine + this x centrality (1 and 3 did worse on patents)
 ANCESTOR_LEAVES = 40  # summaries are sought above this many best leaves
 TERMS_CACHE = 20_000  # node texts whose words are kept for coverage (a few MiB)
@@ -139,10 +144,18 @@ def retrieve_scoped(
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
         words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
-        leaves = _fuse(store, state, indexes.fresh, query, leaves, words, LEXICAL_WEIGHT)
+        leaves = _fuse(store, state, indexes.fresh, query, leaves, words, lexical_weight(query.text, indexes.lexical))
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
     return Retrieved(_covering(query, settings, scope, leaves, summaries, indexes.lexical), scope)
+
+
+def lexical_weight(question: str, lexical: LexicalIndex) -> float:
+    """BM25's weight in the fusion for ``question``: :data:`EXACT_WEIGHT` when one of its words
+    is held by at most :data:`RARE_TEXTS` indexed texts (a name, a code, an error message: the
+    word itself is the best evidence), else :data:`LEXICAL_WEIGHT`."""
+    rarest = lexical.rarest(question)
+    return EXACT_WEIGHT if 0 < rarest <= RARE_TEXTS else LEXICAL_WEIGHT
 
 
 def _relatedness(vector: np.ndarray, leaves: list[Hit], summaries: SummaryMap) -> float | None:

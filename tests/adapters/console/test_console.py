@@ -49,7 +49,8 @@ from raptor_engine.types import ChannelKey
 from tests.adapters.recording import counted, our_warnings, question_outcomes
 from tests.conftest import REPO, SAMPLE, make_engine
 
-ON_CALL_QUESTION = "What does the on-call engineer do?"  # answered with a summary once the tree is built
+ON_CALL_QUESTION = "What does the on-call engineer do?"  # a detail: answered from excerpts
+OVERVIEW_QUESTION = "What are the main points about on-call?"  # answered with a summary once the tree is built
 CITATION = re.compile(r"^\[(\d+)\] (excerpt|summary \(layer (\d+)\)) · (.*) \(node (\S+)\)$", re.M)
 
 
@@ -145,7 +146,7 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
         await bot.scheduler.wait_idle(console.key)
         assert "Rebuilt: tree v1 from 2 sources" in terminal.take()
 
-        await console.handle_line(ON_CALL_QUESTION)
+        await console.handle_line(OVERVIEW_QUESTION)
         answer = terminal.take()
         summaries = [node for kind, _, node in citations(answer) if kind == "summary"]
         assert summaries, answer

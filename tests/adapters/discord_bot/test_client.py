@@ -47,6 +47,7 @@ from tests.adapters.recording import counted, our_warnings, question_outcomes
 from tests.conftest import SAMPLE
 
 ON_CALL_QUESTION = "What does the on-call engineer do?"
+OVERVIEW_QUESTION = "What are the main points about on-call?"  # broad by its words: led by a summary
 FREEZE_NOTE = "Deploys are frozen on Fridays after noon, so that nobody is paged over the weekend."
 REFERENCE = re.compile(r"\(reference ([0-9a-f]{8})\)")
 
@@ -166,7 +167,7 @@ def test_slash_commands_buttons_and_votes_end_to_end(engine: Engine, tmp_path: P
         assert rebuilt.texts()[-1].startswith("Rebuilt: tree v1")
 
         # A summary citation has a button opening the node, for the presser only.
-        asked = await world.slash("general", "ask", {"question": ON_CALL_QUESTION})
+        asked = await world.slash("general", "ask", {"question": OVERVIEW_QUESTION})
         (answer,) = await world.replies(asked)
         summaries = [f for f in answer["embeds"][1]["fields"] if " summary · layer " in f["name"]]
         assert summaries, answer["embeds"][1]

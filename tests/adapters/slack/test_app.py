@@ -62,6 +62,7 @@ MODES = ["socket", "http"]
 ANA, BEN = "UANA", "UBEN"  # Ana is a workspace admin, Ben a member
 CHANNEL = "C100"
 ON_CALL = "What does the on-call engineer do?"
+OVERVIEW = "What are the main points about on-call?"  # broad by its words: led by a summary
 ACK_LIMIT_S = 3.0
 
 Body = Callable[[SlackStandIn, SlackRunning, Assistant], Awaitable[None]]
@@ -604,7 +605,7 @@ def test_summary_buttons_and_votes(built_engine: Engine, tmp_path: Path, mode: s
     channel = "CBUILT"
 
     async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
-        asked, _ = await slack.user_says(channel, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        asked, _ = await slack.user_says(channel, ANA, f"<@{BOT_USER}> {OVERVIEW}")
         [answer] = await slack.wait_until(lambda: slack.posts(channel, asked["ts"]), what="the answer")
         buttons = [b["accessory"] for b in answer["blocks"] if b.get("accessory", {}).get("action_id") == ACTION_NODE]
         assert buttons, answer["blocks"]
@@ -629,7 +630,7 @@ def test_summary_buttons_and_votes(built_engine: Engine, tmp_path: Path, mode: s
         [thanks] = slack.ephemerals(channel)
         assert thanks["thread_ts"] == asked["ts"] and "Thanks, your 👍" in thanks["text"]
         [record] = [r for r in built_engine.answers(key(channel)) if r.answer_id == answer_id]
-        assert record.votes == {BEN: 1, ANA: -1} and record.question == ON_CALL
+        assert record.votes == {BEN: 1, ANA: -1} and record.question == OVERVIEW
 
     run(built_engine, tmp_path, mode, body)
 
