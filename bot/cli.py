@@ -184,10 +184,10 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
 def channel_key(text: str) -> ChannelKey:
     """A command line's ``--channel``: a chat channel's full key (``platform/workspace/channel``),
     or a plain name, which is a channel of the command line's own."""
-    parts = text.split("/")
-    if len(parts) == 3 and all(parts):
-        return ChannelKey(*parts)
-    return ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, text)
+    try:
+        return ChannelKey.parse(text)
+    except ValueError:
+        return ChannelKey(CLI_PLATFORM, CLI_WORKSPACE, text)
 
 
 def channel_name(key: ChannelKey) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from bot.deploy_config import CoordinationConfig, ObservabilityConfig
 from bot.errors import ConfigError
-from raptor_engine import defaults
+from raptor_engine import ChannelKey, defaults
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -207,9 +207,10 @@ class BotConfig(_Section):
     @model_validator(mode="after")
     def _channel_keys_have_three_parts(self) -> BotConfig:
         for name in self.channels:
-            parts = name.split("/")
-            if len(parts) != 3 or not all(parts):
-                raise ValueError(f"channels: {name!r} is not platform/workspace/channel")
+            try:
+                ChannelKey.parse(name)
+            except ValueError as exc:
+                raise ValueError(f"channels: {exc}") from exc
         return self
 
     def rate_limits_for(self, channel: str) -> RateLimitConfig:

@@ -25,6 +25,15 @@ class ChannelKey:
     def __str__(self) -> str:
         return f"{self.platform}/{self.workspace}/{self.channel}"
 
+    @classmethod
+    def parse(cls, text: str) -> ChannelKey:
+        """The inverse of ``str(key)``: ``platform/workspace/channel``, three non-empty parts.
+        Raises ``ValueError`` for anything else."""
+        parts = text.split("/")
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"{text!r} is not platform/workspace/channel")
+        return cls(*parts)
+
 
 class SourceKind(str, Enum):
     """Where a source came from."""

@@ -33,10 +33,7 @@ def channel_text(key: ChannelKey) -> str:
 
 def channel_from_text(text: str) -> ChannelKey:
     """The inverse of :func:`channel_text`. Raises ``ValueError`` for anything else."""
-    parts = text.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"{text!r} is not platform/workspace/channel")
-    return ChannelKey(*parts)
+    return ChannelKey.parse(text)
 
 
 class RebuildQueue:
