@@ -94,7 +94,7 @@ class ChannelIndexes:
     def __init__(self) -> None:
         self._trees: OrderedDict[ChannelKey, _Tree] = OrderedDict()
         self._sources: OrderedDict[tuple[ChannelKey, str, str], _Source] = OrderedDict()
-        self._combined: OrderedDict[ChannelKey, tuple[tuple[object, ...], LexicalIndex]] = OrderedDict()
+        self._combined: OrderedDict[ChannelKey, tuple[tuple[object, ...], LexicalIndex, FreshLeaves]] = OrderedDict()
         self._lock = threading.Lock()
 
     def for_question(
@@ -104,12 +104,14 @@ class ChannelIndexes:
         first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``."""
         tree = self.tree(key, channel, state) if state is not None else None
         sources = self._fresh_sources(key, channel, pending, profile)
-        fresh = _fresh_leaves(sources)
         summaries = tree.summaries if tree else EMPTY_MAP
         if not sources:
-            return SearchIndexes(tree.lexical if tree else None, summaries, fresh)
-        tag = (tree.tag if tree else None, profile, *pending)
-        return SearchIndexes(self._joined(key, tag, tree, sources), summaries, fresh)
+            return SearchIndexes(tree.lexical if tree else None, summaries, NO_FRESH)
+        # Tagged by the sources read, not those pending: one still being ingested elsewhere (no
+        # leaves yet) must join the index at the question after it has them.
+        tag = (tree.tag if tree else None, profile, *sources)
+        lexical, fresh = self._joined(key, tag, tree, [sources[sid] for sid in sources])
+        return SearchIndexes(lexical, summaries, fresh)
 
     def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> _Tree:
         """The served tree's counts, BM25 index and summary map, built on first use and kept
@@ -147,11 +149,11 @@ class ChannelIndexes:
 
     def _fresh_sources(
         self, key: ChannelKey, channel: ChannelStore, pending: Sequence[str], profile: str
-    ) -> list[_Source]:
-        """The pending sources' leaves, read from the leaf cache once per source (a source's
-        content never changes: an edit is a new source)."""
+    ) -> dict[str, _Source]:
+        """The pending sources' leaves by source id, in ``pending``'s order, read from the leaf
+        cache once per source (a source's content never changes: an edit is a new source)."""
         if not pending:
-            return []
+            return {}
         with self._lock:
             known = {sid: self._sources.get((key, profile, sid)) for sid in pending}
         missing = [sid for sid, cached in known.items() if cached is None]
@@ -170,26 +172,27 @@ class ChannelIndexes:
             while sum(len(s.nodes) for s in self._sources.values()) > FRESH_CACHE_LEAVES and len(self._sources) > 1:
                 self._sources.popitem(last=False)
         # A pending source with no cached leaves (still being ingested elsewhere) is skipped.
-        return [source for sid in pending if (source := known[sid]) is not None]
+        return {sid: source for sid in pending if (source := known[sid]) is not None}
 
     def _joined(
         self, key: ChannelKey, tag: tuple[object, ...], tree: _Tree | None, sources: list[_Source]
-    ) -> LexicalIndex:
-        """BM25 over the tree's texts and the fresh leaves together, kept for the same tree and
-        pending sources (statistics over both, so a new file's words rank as the tree's do)."""
+    ) -> tuple[LexicalIndex, FreshLeaves]:
+        """BM25 over the tree's texts and the fresh leaves together (statistics over both, so a
+        new file's words rank as the tree's do), and the fresh leaves as one matrix; kept for
+        the same tree and fresh sources."""
         with self._lock:
             cached = self._combined.get(key)
             if cached is not None and cached[0] == tag:
                 self._combined.move_to_end(key)
-                return cached[1]
+                return cached[1], cached[2]
         parts = ([tree.counts] if tree else []) + [source.counts for source in sources]
-        index = LexicalIndex.of_counts(joined(parts))
+        index, fresh = LexicalIndex.of_counts(joined(parts)), _fresh_leaves(sources)
         with self._lock:
-            self._combined[key] = (tag, index)
+            self._combined[key] = (tag, index, fresh)
             self._combined.move_to_end(key)
             while len(self._combined) > COMBINED_CACHE_SIZE:
                 self._combined.popitem(last=False)
-        return index
+        return index, fresh
 
 
 def load_summary_map(store: ChannelStore, state: TreeState) -> SummaryMap:
