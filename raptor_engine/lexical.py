@@ -73,14 +73,16 @@ def joined(parts: Sequence[TermCounts]) -> TermCounts:
         return TermCounts((), {}, sparse.csr_matrix((0, 0), dtype=np.float64))
     vocabulary = dict(parts[0].vocabulary)
     renumbered: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []  # data, rows, columns, height
-    for part in parts:
+    for part in parts[1:]:
         columns = np.empty(len(part.vocabulary), dtype=np.int64)
         for word, column in part.vocabulary.items():
             columns[column] = vocabulary.setdefault(word, len(vocabulary))
         counts = part.counts.tocoo()
         renumbered.append((counts.data, counts.row, columns[counts.col], part.size))
     width = len(vocabulary)
-    blocks = [sparse.csr_matrix((data, (rows, cols)), shape=(height, width)) for data, rows, cols, height in renumbered]
+    first = parts[0].counts.tocoo()
+    blocks = [sparse.csr_matrix((first.data, (first.row, first.col)), shape=(parts[0].size, width))]
+    blocks += [sparse.csr_matrix((data, (rows, cols)), shape=(height, width)) for data, rows, cols, height in renumbered]
     stacked = sparse.vstack(blocks, format="csr", dtype=np.float64)
     return TermCounts(tuple(i for part in parts for i in part.ids), vocabulary, sparse.csr_matrix(stacked))
 
@@ -144,13 +146,6 @@ class LexicalIndex:
             return 0
         columns = self._columns(query)
         return int(self._document_frequency[columns].min()) if columns.size else 0
-
-    def idf(self, query: str) -> list[float]:
-        """The idf of each of the query's distinct words (:func:`terms`), 0 for a word no text holds:
-        how rare, and so how telling, each word is in these texts."""
-        if self._weights is None:
-            return [0.0 for _ in terms(query)]
-        return [float(self._idf[self._vocabulary[w]]) if w in self._vocabulary else 0.0 for w in terms(query)]
 
     @property
     def size(self) -> int:

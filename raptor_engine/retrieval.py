@@ -127,7 +127,8 @@ def retrieve_scoped(
     # filters metadata first); the summaries it returns are dropped here.
     nearest = store.query_tree(state.version, vector, 2 * pool) if state else []
     tree_leaves = [hit for hit in nearest if hit.node.layer == 0][:pool]
-    leaves = _merge_by_score(tree_leaves, indexes.fresh.nearest(vector, pool))
+    fresh = indexes.fresh.nearest(vector, pool)
+    leaves = _merge_by_score(tree_leaves, fresh)
     summaries = indexes.summaries
     scores = sorted((hit.score for hit in leaves), reverse=True)
     related = _relatedness(vector, leaves, summaries)
@@ -139,8 +140,7 @@ def retrieve_scoped(
     if settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
     if settings.mode is RetrievalMode.TRAVERSAL and state is not None:
-        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)),
-                                 indexes.fresh.nearest(vector, pool))
+        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)), fresh)
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
         words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
