@@ -136,7 +136,7 @@ def retrieve_scoped(
     # help find the passages, but their words are not what is asked about.
     # A mention left in the text ("@Raptor") names the bot, not the material.
     asked = _MENTION.sub(" ", (query.text.strip().splitlines() or [""])[-1])
-    scope = assess(asked, scores, indexes.lexical, (), related)
+    scope = assess(asked, scores, indexes.lexical, related)
     if settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
     if settings.mode is RetrievalMode.TRAVERSAL and state is not None:

@@ -92,7 +92,7 @@ from enum import Enum
 
 import numpy as np
 
-from raptor_engine.lexical import LexicalIndex, stem, terms
+from raptor_engine.lexical import LexicalIndex, terms
 from raptor_engine.types import Hit, Node
 
 FORM_LOW = 0.25
@@ -178,16 +178,15 @@ def assess(
     question: str,
     leaf_scores: Sequence[float],
     lexical: LexicalIndex | None,
-    extra_texts: Sequence[str] = (),
     relatedness: float | None = None,
 ) -> Scope:
     """The scope of ``question`` in a channel.
 
     ``leaf_scores`` are the cosines of the question to the channel's best
     leaves, best first (empty: the channel has no material, nothing is
-    answerable); ``lexical`` the served tree's BM25 index (None before the
-    first build); ``extra_texts`` texts not in that index that count as the
-    channel's too (leaves of sources added since the build); ``relatedness``
+    answerable); ``lexical`` the BM25 index of the channel's texts: the served
+    tree's and those of sources added since it was built (None when there is
+    nothing to index); ``relatedness``
     the question's cosine to the centre of the source nearest it
     (:meth:`SummaryMap.relatedness`; None when no source has summaries yet).
     """
@@ -200,12 +199,12 @@ def assess(
     kind = ScopeKind.OVERVIEW if form_part >= 0.5 else ScopeKind.THEME if breadth >= 0.5 else ScopeKind.DETAIL
     if not leaf_scores:
         return Scope(breadth, kind, False, (), form, footprint, 0.0, 0.0)
-    frequency = _frequencies(words, lexical, extra_texts)
-    coverage = _coverage(words, frequency, (lexical.size if lexical else 0) + len(extra_texts))
+    frequency = _frequencies(words, lexical)
+    coverage = _coverage(words, frequency, lexical.size if lexical else 0)
     missing = [word for word in words if not frequency[word]]
     names = _names(question)
     # Names are compared by stem like every word; a missing name is strong evidence of another topic.
-    name_frequency = _frequencies(names, lexical, extra_texts)
+    name_frequency = _frequencies(names, lexical)
     names_missing = sum(1 for name in names if not name_frequency[name]) / len(names) if names else 0.0
     best = float(leaf_scores[0])
     if relatedness is None:
@@ -242,14 +241,9 @@ def _footprint(leaf_scores: Sequence[float]) -> float:
     return float(np.sum(best) / (FOOTPRINT_LEAVES * best[0]))
 
 
-def _frequencies(words: Sequence[str], lexical: LexicalIndex | None, extra_texts: Sequence[str]) -> dict[str, int]:
-    """How many of the channel's texts hold each word (by stem): the index's count, plus the extra texts'."""
-    counts = dict(zip(words, lexical.frequencies(words) if lexical else [0] * len(words)))
-    if extra_texts:
-        extra = [{stem(word) for word in terms(text)} for text in extra_texts]
-        for word in words:
-            counts[word] += sum(1 for stems in extra if stem(word) in stems)
-    return counts
+def _frequencies(words: Sequence[str], lexical: LexicalIndex | None) -> dict[str, int]:
+    """How many of the channel's texts hold each word (by stem), by the index's count."""
+    return dict(zip(words, lexical.frequencies(words) if lexical else [0] * len(words)))
 
 
 def _coverage(words: Sequence[str], frequency: dict[str, int], size: int) -> float:

@@ -160,10 +160,6 @@ class ChannelStore:
         """The cached chunks and embeddings of those sources that have them, by source id."""
         return self._leaves.cached(profile, source_ids)
 
-    def query_leaves(self, profile: str, vector: np.ndarray, source_ids: Sequence[str], n: int) -> list[Hit]:
-        """The cached leaves of the given sources nearest to ``vector`` (for sources not yet built)."""
-        return self._leaves.query(profile, vector, source_ids, n)
-
     def delete_leaves(self, source_id: str, profile: str | None = None) -> None:
         """Removes a source's cached leaves of one profile, or of every profile if None."""
         self._leaves.delete(source_id, profile)

@@ -4,7 +4,8 @@ Contract: ``rc-<digest>-leaf-<profile>`` (cosine space) holds one record per chu
 ``<source id>:<ordinal>``, its text under ``TEXT_KEY`` and its place in the source in the
 metadata. A profile names an embedding model and chunk size (see ``profile_digest``), so a
 change of either leaves the other profiles' leaves alone. Rebuilds read leaves from here
-instead of chunking and embedding again; sources not yet built are searched here.
+instead of chunking and embedding again; questions read the leaves of sources not yet built
+from here once (``search_indexes``) and search them in memory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.store.common import TEXT_KEY, ChannelCollections, _text_of, _translated
-from raptor_engine.types import Chunk, Hit, Node
+from raptor_engine.types import Chunk, Node
 
 
 class Leaves:
@@ -66,23 +67,6 @@ class Leaves:
             pairs.sort(key=lambda p: p[0].ordinal)
             result[source_id] = ([c for c, _ in pairs], np.vstack([v for _, v in pairs]))
         return result
-
-    def query(self, profile: str, vector: np.ndarray, source_ids: Sequence[str], n: int) -> list[Hit]:
-        """The cached leaves of the given sources nearest to ``vector`` (for sources not yet built)."""
-        if not source_ids or n <= 0:
-            return []
-        collection = self._cache(profile)
-        with _translated("searching new sources"):
-            got = collection.query(
-                query_embeddings=[vector],
-                n_results=n,
-                where={"source_id": {"$in": list(source_ids)}},
-                include=["documents", "metadatas", "distances"],
-            )
-        hits = []
-        for document, metadata, distance in zip(got["documents"][0], got["metadatas"][0], got["distances"][0]):
-            hits.append(Hit(node=leaf_node(_chunk_from(document, metadata)), score=1.0 - float(distance)))
-        return hits
 
     def delete(self, source_id: str, profile: str | None = None) -> None:
         """Removes a source's cached leaves of one profile, or of every profile if None."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from raptor_engine.engine import Engine
-from raptor_engine.lexical import LexicalIndex
+from raptor_engine.lexical import LexicalIndex, count_terms, joined
 from raptor_engine.retrieval import RetrievalSettings, fill_budget
 from raptor_engine.scope import ScopeKind, assess, summary_map
 from raptor_engine.types import ChannelKey, Hit, Node
@@ -37,7 +37,7 @@ def test_a_summary_repeating_chosen_sentences_is_skipped_only_when_asked() -> No
 
 # -- the question's scope -------------------------------------------------------------
 
-GARDEN = LexicalIndex(
+GARDEN_TEXTS = (
     ["l1", "l2", "l3"],
     [
         "The garden committee meets on the first Sunday of every month.",
@@ -45,6 +45,7 @@ GARDEN = LexicalIndex(
         "The compost heap sits behind the shed; Margaret turns it every week.",
     ],
 )
+GARDEN = LexicalIndex(*GARDEN_TEXTS)
 
 
 def test_a_question_about_the_material_itself_is_an_overview_and_always_answerable() -> None:
@@ -68,8 +69,9 @@ def test_answerability_weighs_cosine_words_and_names() -> None:
     # A name the channel never mentions is another topic, however close the meaning.
     assert not assess("When does Gertrude water the tomatoes?", [0.6, 0.3], GARDEN).answerable
     assert assess("When does Margaret turn the compost?", [0.6, 0.3], GARDEN).answerable
-    # Words of sources added since the build count too.
-    assert assess("When does Gertrude water?", [0.6], GARDEN, ["Gertrude waters on Fridays."]).answerable
+    # Words of sources added since the build count too: they join the tree's index.
+    fresh = joined([count_terms(*GARDEN_TEXTS), count_terms(["f1"], ["Gertrude waters on Fridays."])])
+    assert assess("When does Gertrude water?", [0.6], LexicalIndex.of_counts(fresh)).answerable
     # With summaries, how near the question is to a source's centre counts as well.
     assert assess("Who turns the compost?", [0.22, 0.1], GARDEN, relatedness=0.3).answerable
     assert not assess("Who turns the compost?", [0.22, 0.1], GARDEN, relatedness=-0.05).answerable
