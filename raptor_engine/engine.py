@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -107,6 +108,9 @@ class Engine:
         self._indexes = ChannelIndexes()
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
+        # Votes and feedback read a kept answer, change it and write it back: two people
+        # pressing at once must not lose one of their writes.
+        self._answer_updates = threading.Lock()
         self._writers = ChannelWriters(store, self._indexes.forget)
         self._ingests = IngestPipeline(embedder, counter, settings.chunk_tokens, self._writers)
         self._leaf_profile = self._ingests.leaf_profile
@@ -288,22 +292,25 @@ class Engine:
         """Stores ``voter``'s vote on a kept answer (a later vote replaces an earlier one).
         Raises ``ChannelError`` for an answer this channel did not keep (or has forgotten)."""
         channel = self._channel(key)
-        record = channel.get_answer(answer_id)
-        if record is None:
-            raise ChannelError("that answer is no longer kept in this channel, so the vote was not stored")
-        updated = replace(record, votes=record.votes | {voter: 1 if up else -1})
-        channel.put_answer(updated)
+        with self._answer_updates:
+            record = channel.get_answer(answer_id)
+            if record is None:
+                raise ChannelError("that answer is no longer kept in this channel, so the vote was not stored")
+            updated = replace(record, votes=record.votes | {voter: 1 if up else -1})
+            channel.put_answer(updated)
         return updated
 
     def add_feedback(self, key: ChannelKey, answer_id: str, voter: str, reason: str) -> AnswerRecord:
         """Stores what ``voter`` said was wrong with a kept answer, with their 👎 (a later
         reason replaces an earlier one). Raises ``ChannelError`` as :meth:`vote` does."""
         channel = self._channel(key)
-        record = channel.get_answer(answer_id)
-        if record is None:
-            raise ChannelError("that answer is no longer kept in this channel, so the feedback was not stored")
-        updated = replace(record, votes=record.votes | {voter: -1}, reasons=record.reasons | {voter: reason.strip()})
-        channel.put_answer(updated)
+        with self._answer_updates:
+            record = channel.get_answer(answer_id)
+            if record is None:
+                raise ChannelError("that answer is no longer kept in this channel, so the feedback was not stored")
+            updated = replace(record, votes=record.votes | {voter: -1},
+                              reasons=record.reasons | {voter: reason.strip()})
+            channel.put_answer(updated)
         return updated
 
     def answers(self, key: ChannelKey) -> list[AnswerRecord]:

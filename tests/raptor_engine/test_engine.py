@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -380,6 +381,18 @@ def test_answers_are_kept_with_votes_and_go_with_their_sources(engine: Engine, c
     assert engine.answers(channel) == []
     with pytest.raises(ChannelError, match="no longer kept"):
         engine.vote(channel, "a1", "bob", up=False)
+
+
+def test_feedback_pressed_at_once_by_many_people_keeps_every_reason(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    question = "Who can roll back a deployment?"
+    engine.keep_answer(channel, "a1", question, asyncio.run(engine.answer(channel, question)), "alice")
+    voters = [f"person{i}" for i in range(12)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda voter: engine.add_feedback(channel, "a1", voter, f"{voter}: incomplete"), voters))
+    [kept] = engine.answers(channel)
+    assert kept.reasons == {voter: f"{voter}: incomplete" for voter in voters}
+    assert kept.votes == dict.fromkeys(voters, -1)
 
 
 def test_status_counts_follow_a_forget(engine: Engine, channel: ChannelKey) -> None:
