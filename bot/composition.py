@@ -260,7 +260,7 @@ async def open_bot(config: Config) -> Assistant:
     engine = await asyncio.to_thread(build_engine, config)
     if not config.coordination.enabled:
         return Assistant(config, engine)
-    from bot.coordination.front_end import front_end
+    from bot.front_end import front_end
 
     return Assistant(config, engine, front_end=front_end(config, engine))
 
@@ -358,12 +358,12 @@ def run_worker(config: Config) -> int:
                           "(and chroma.host); with neither, `python -m bot serve` rebuilds in its own process")
     from bot.coordination.lease import ChannelLeases
     from bot.coordination.link import RedisLink
-    from bot.coordination.rebuild_queue import RebuildQueue
-    from bot.coordination.worker import serve_worker
     from bot.engine_calls import AsyncEngine
     from bot.observability.endpoints import HealthServer
     from bot.observability.metrics import Metrics
     from bot.observability.probes import add_probes
+    from bot.rebuilds.job_queue import RebuildQueue
+    from bot.rebuilds.worker import serve_worker
 
     _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)

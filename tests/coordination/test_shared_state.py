@@ -12,12 +12,12 @@ import pytest
 from bot.coordination.deliveries import SharedLedger
 from bot.coordination.lease import ChannelLeases
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue, channel_from_text
 from bot.coordination.reply_stream import ReplyPublisher, ReplyReader
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.coordination.shared_limits import SharedLimiter
 from bot.deploy_config import CoordinationConfig
 from bot.neutral import ChannelKey, Reply, ReplyAddress, ReplyKind, Send
+from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
+from bot.rebuilds.requests import RebuildRequests, Requester
 from raptor_engine import BuildBusy, BuildSuperseded
 from testkit.valkey import ValkeyProcess
 

@@ -1,6 +1,6 @@
 """The rebuild worker: ``python -m bot worker``.
 
-It takes rebuild jobs from the RQ queue (:mod:`~bot.coordination.rebuild_queue`), one
+It takes rebuild jobs from the RQ queue (:mod:`~bot.rebuilds.job_queue`), one
 at a time, in this process (RQ's ``SimpleWorker``: the engine, its embedding model and
 its clustering process stay loaded between jobs). A job of a channel:
 
@@ -31,13 +31,14 @@ from rq import SimpleWorker
 from bot.config import Config
 from bot.coordination.lease import ChannelLeases, Held, holder_name
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue, channel_from_text
 from bot.coordination.reply_stream import ReplyPublisher
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
-from bot.scheduler import rebuild_and_report, sources_changed
+from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
+from bot.rebuilds.report import rebuild_and_report
+from bot.rebuilds.requests import RebuildRequests, Requester
+from bot.rebuilds.schedule import sources_changed
 from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, Engine
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def run_rebuild_job(channel: str) -> str:
     Returns the outcome (``built``, ``failed``, ``unchanged``, ``busy``, ``superseded``,
     ``redis down``), which RQ keeps as the job's result."""
     if _context is None:
-        raise RuntimeError("run_rebuild_job runs in a worker started by bot.coordination.worker.serve_worker")
+        raise RuntimeError("run_rebuild_job runs in a worker started by bot.rebuilds.worker.serve_worker")
     key = channel_from_text(channel)
     started = time.monotonic()
     try:
