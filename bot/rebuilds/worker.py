@@ -7,8 +7,9 @@ its clustering process stay loaded between jobs). A job of a channel:
 1. drops the channel's queue marker, so a request made from now on enqueues a follow-up;
 2. takes the channel's lease (another worker holds it: the job ends, that worker builds
    again for whatever was requested meanwhile before it lets the lease go);
-3. under the lease, takes the waiting requests (and those a dead worker left), builds,
-   and tells each requester through the reply stream, which a front-end posts;
+3. under the lease, takes the waiting requests (and those a dead worker left), builds
+   (the engine's build guard checks the job's lease; it does not take it again), and
+   tells each requester through the reply stream, which a front-end posts;
 4. builds again while requests came in meanwhile, then lets the lease go.
 
 A job with no requesters (a scheduled check) builds only if the channel's sources
@@ -133,7 +134,8 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
 def serve_worker(config: Config, engine: Engine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
     """Runs jobs until SIGTERM/SIGINT (RQ's warm shutdown: the job running ends first;
     a second signal stops at once, and the job's requests are picked up again). ``engine``
-    must be built with ``leases`` as its build guard. Returns the exit status."""
+    must be built with ``HeldLeases(leases)`` as its build guard: each job holds the lease,
+    its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
     install(WorkerContext(config, AsyncEngine(engine), link, leases, queue, RebuildRequests(link),
                           ReplyPublisher(link), metrics))
