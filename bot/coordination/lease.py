@@ -117,15 +117,6 @@ class ChannelLeases:
             held.lost = True
             raise BuildSuperseded(f"its lease (token {held.token}) ran out and another build may hold it")
 
-    def still_held(self, held: Held) -> bool:
-        """Whether ``held`` is still ours right now (for work done after the build: telling requesters)."""
-        try:
-            return bool(self._link.run_sync(
-                lambda r: r.eval(_CONFIRM, 1, self.lease_key(held.key), held.value, 0)
-            ))
-        except CoordinationDown:
-            return False
-
     def _take(self, key: ChannelKey) -> Held:
         lease_key = self.lease_key(key)
 
