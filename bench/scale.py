@@ -80,10 +80,10 @@ from bot.composition import build_engine
 from bot.config import ChromaConfig, Config
 from bot.coordination.deliveries import SharedLedger
 from bot.coordination.link import RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.deploy_config import CoordinationConfig
 from bot.neutral import ReplyAddress
+from bot.rebuilds.job_queue import RebuildQueue
+from bot.rebuilds.requests import RebuildRequests, Requester
 from raptor_engine import ChannelKey, Engine, channel_digest
 from testkit.cluster import BackgroundLoop, BotProcess, ChromaServer, Cluster
 from testkit.slack_api import BOT_USER, TEAM, SlackStandIn

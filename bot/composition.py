@@ -183,7 +183,7 @@ def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGua
     ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once and
     the embedding model loads on a thread, so that the worker's start, loading the
     model and the first clustering overlap instead of following one another. ``guard``
-    replaces the configuration's build guard (a rebuild worker shares its leases with it)."""
+    replaces the configuration's build guard (a rebuild worker's checks the lease each job holds)."""
     settings = engine_settings(config)
     log.info("%s", describe_models(config))
     store = open_store(config)
@@ -260,7 +260,7 @@ async def open_bot(config: Config) -> Assistant:
     engine = await asyncio.to_thread(build_engine, config)
     if not config.coordination.enabled:
         return Assistant(config, engine)
-    from bot.coordination.front_end import front_end
+    from bot.front_end import front_end
 
     return Assistant(config, engine, front_end=front_end(config, engine))
 
@@ -356,19 +356,19 @@ def run_worker(config: Config) -> int:
     if not config.coordination.enabled:
         raise ConfigError("the worker takes rebuild jobs from a coordination server: set coordination.redis_url "
                           "(and chroma.host); with neither, `python -m bot serve` rebuilds in its own process")
-    from bot.coordination.lease import ChannelLeases
+    from bot.coordination.lease import ChannelLeases, HeldLeases
     from bot.coordination.link import RedisLink
-    from bot.coordination.rebuild_queue import RebuildQueue
-    from bot.coordination.worker import serve_worker
     from bot.engine_calls import AsyncEngine
     from bot.observability.endpoints import HealthServer
     from bot.observability.metrics import Metrics
     from bot.observability.probes import add_probes
+    from bot.rebuilds.job_queue import RebuildQueue
+    from bot.rebuilds.worker import serve_worker
 
     _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)
     leases = ChannelLeases(link, config.coordination.lease_s)
-    engine = build_engine(config, clusters_soon=True, guard=leases)
+    engine = build_engine(config, clusters_soon=True, guard=HeldLeases(leases))  # each job holds the lease
     metrics = Metrics()
     server = None
     if config.observability.port:

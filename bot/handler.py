@@ -86,14 +86,14 @@ from bot.neutral import (
 )
 from bot.observability.log_format import channel_context
 from bot.observability.metrics import Metrics
-from bot.scheduler import RequestResult
+from bot.rebuilds.service import RequestResult
 from bot.streaming import DraftPacer
 from bot.tree_outline import tree_outline
 from bot.tree_picture import render_png
 from raptor_engine import Answer, AnswerStream, ChannelKey, NoMaterial, RaptorError
 
 if TYPE_CHECKING:
-    from bot.rebuild_service import RebuildService
+    from bot.rebuilds.service import RebuildService
     from raptor_engine import Engine
 
 log = logging.getLogger(__name__)

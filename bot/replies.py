@@ -1,7 +1,7 @@
 """What the bot says: every text a person reads, from one import.
 
 The texts live by subject in :mod:`bot.texts` (see its docstring); this module
-re-exports them so callers (handler, scheduler, command line, adapters) import one
+re-exports them so callers (handler, rebuilds, command line, adapters) import one
 place. They are pure functions, engine results in, neutral replies and short texts
 out; counts, moments, short ids, sizes and waits are always written by
 :mod:`bot.texts.words` (:func:`count`, :func:`when`, :func:`short_id`, ...).
@@ -61,6 +61,8 @@ from bot.texts.sources import (
 )
 from bot.texts.tree import (
     REBUILD_ENQUEUED,
+    REBUILD_INTERRUPTED,
+    REBUILD_QUEUED_BEHIND,
     REBUILD_STARTED,
     REBUILDS_WAIT,
     layers_text,
@@ -76,7 +78,7 @@ from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short
 
 __all__ = [
     "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
-    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
+    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",

@@ -34,14 +34,14 @@ from typing import Any, TypeVar
 
 from bot.config import Config
 from bot.coordination.deliveries import DeliveryLedger, LocalLedger
-from bot.coordination.front_end import FrontEnd
 from bot.engine_calls import AsyncEngine
+from bot.front_end import FrontEnd
 from bot.handler import ChatHandler
 from bot.neutral import ChannelKey, Courier, SourceView
 from bot.observability.metrics import Metrics
 from bot.process_exit import end_process
-from bot.rebuild_service import RebuildService
-from bot.scheduler import RebuildScheduler
+from bot.rebuilds.in_process import RebuildScheduler
+from bot.rebuilds.service import RebuildService
 from raptor_engine import Engine
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,9 @@
 A worker takes a channel's lease before it builds (``SET NX PX``) and renews it from a
 thread every third of the lease while it holds it. If the worker dies, the lease ends
 on its own ``lease_s`` later and another worker may take it. Each taking draws a new
-fencing token (``INCR``), stored in the lease's value.
+fencing token (``INCR``), stored in the lease's value. A worker takes it once per job,
+around taking the requests, building and telling the requesters; its engine's build
+guard is :class:`HeldLeases`, which checks that lease instead of taking it again.
 
 A worker that was paused (SIGSTOP, a stalled VM, a long GC) past its lease comes back
 believing it holds the channel. It must not serve its tree: :meth:`ChannelLeases.confirm`,
@@ -59,7 +61,6 @@ class Held:
 
     key: ChannelKey
     value: str
-    depth: int = 1
     lost: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -69,12 +70,9 @@ class Held:
 
 
 class ChannelLeases:
-    """The leases of one process; implements the engine's ``BuildGuard``.
-
-    :meth:`hold` is re-entrant within the process: the worker holds a channel's lease
-    around taking its requests, building and telling the requesters, and the engine's
-    rebuild enters it again around the build itself.
-    """
+    """The leases of one process; implements the engine's ``BuildGuard`` (a one-shot rebuild
+    takes the lease around its build). One hold per channel: holding a lease this process
+    holds already raises ``BuildBusy`` like another holder's would."""
 
     def __init__(self, link: RedisLink, lease_s: float, holder: str | None = None) -> None:
         self._link = link
@@ -90,22 +88,23 @@ class ChannelLeases:
     @contextmanager
     def hold(self, key: ChannelKey) -> Iterator[Held]:
         """Holds ``key``'s lease for the block, renewing it. Raises ``BuildBusy`` at once if
-        another process holds it, ``CoordinationDown`` if Redis cannot be reached."""
-        with self._lock:
-            held = self._held.get(key)
-            if held is not None:
-                held.depth += 1
-        if held is None:
-            held = self._take(key)
+        it is held (by another process, or already by this one), ``CoordinationDown`` if Redis
+        cannot be reached."""
+        held = self._take(key)
         try:
             yield held
         finally:
             self._let_go(held)
 
+    def holding(self, key: ChannelKey) -> Held | None:
+        """The lease of ``key`` this process holds now, if any (as far as it knows: see :meth:`confirm`)."""
+        with self._lock:
+            return self._held.get(key)
+
     def confirm(self, key: ChannelKey) -> None:
         """Raises ``BuildSuperseded`` unless this process still holds ``key``'s lease with its
         own token and more than the margin left. Redis unreachable counts as not held."""
-        held = self._held.get(key)
+        held = self.holding(key)
         if held is None:
             raise BuildSuperseded("the build holds no lease on the channel")
         try:
@@ -117,15 +116,6 @@ class ChannelLeases:
         if not ours:
             held.lost = True
             raise BuildSuperseded(f"its lease (token {held.token}) ran out and another build may hold it")
-
-    def still_held(self, held: Held) -> bool:
-        """Whether ``held`` is still ours right now (for work done after the build: telling requesters)."""
-        try:
-            return bool(self._link.run_sync(
-                lambda r: r.eval(_CONFIRM, 1, self.lease_key(held.key), held.value, 0)
-            ))
-        except CoordinationDown:
-            return False
 
     def _take(self, key: ChannelKey) -> Held:
         lease_key = self.lease_key(key)
@@ -166,12 +156,31 @@ class ChannelLeases:
 
     def _let_go(self, held: Held) -> None:
         with self._lock:
-            held.depth -= 1
-            if held.depth > 0:
-                return
             self._held.pop(held.key, None)
         held.stop.set()
         try:
             self._link.run_sync(lambda r: r.eval(_RELEASE, 1, self.lease_key(held.key), held.value))
         except CoordinationDown:
             log.warning("channel %s: could not release the lease; it ends on its own", held.key)
+
+
+class HeldLeases:
+    """The engine's ``BuildGuard`` where the caller holds the channel's lease around every
+    rebuild (the worker holds it around a whole job): :meth:`hold` checks that this process
+    holds the lease instead of taking it again; :meth:`confirm` is the leases' own."""
+
+    def __init__(self, leases: ChannelLeases) -> None:
+        self._leases = leases
+
+    @contextmanager
+    def hold(self, key: ChannelKey) -> Iterator[Held]:
+        """The lease this process holds on ``key``, for the block. Raises ``BuildSuperseded``
+        if it holds none (a build was started outside a job)."""
+        held = self._leases.holding(key)
+        if held is None:
+            raise BuildSuperseded("the build holds no lease on the channel")
+        yield held
+
+    def confirm(self, key: ChannelKey) -> None:
+        """See :meth:`ChannelLeases.confirm`."""
+        self._leases.confirm(key)

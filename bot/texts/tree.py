@@ -7,12 +7,17 @@ is :func:`report_sentence` with a second line of timings.
 
 from __future__ import annotations
 
-from bot.schedule_status import ScheduleStatus
+from bot.rebuilds.service import ScheduleStatus
 from bot.texts.words import count, node_kind, seconds, when
 from raptor_engine import BuildProgress, BuildReport, Node, NodeView, TreeStats, quote
 
 REBUILD_STARTED = (
     "Rebuild started. Questions are still answered from the current tree meanwhile; I'll say when it is done."
+)
+REBUILD_QUEUED_BEHIND = "A rebuild is running; yours is queued and starts when it ends."
+REBUILD_INTERRUPTED = (
+    "The bot is stopping: the rebuild was interrupted and resumes when the bot is back. "
+    "The current tree keeps answering."
 )
 REBUILD_ENQUEUED = (
     "Rebuild queued: a worker starts it shortly. Questions are still answered from the current tree "

@@ -22,8 +22,8 @@ from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimit
 from bot.handler import ChatHandler, retrieval_query
 from bot.ingestion import pin_title
 from bot.neutral import Command, Feedback, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
-from bot.schedule_status import ScheduleStatus
-from bot.scheduler import RebuildScheduler
+from bot.rebuilds.in_process import RebuildScheduler
+from bot.rebuilds.service import ScheduleStatus
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document, SourceKind, TreeStats
 

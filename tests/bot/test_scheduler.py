@@ -21,16 +21,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
 from bot.neutral import Reply, ReplyKind
-from bot.replies import progress_text, report_sentence
-from bot.scheduler import (
-    INTERRUPTED_TEXT,
-    MISFIRE_GRACE_S,
-    NOTE,
-    QUEUED_TEXT,
-    ProgressRelay,
-    RebuildScheduler,
-    RequestResult,
-)
+from bot.rebuilds.in_process import NOTE, RebuildScheduler
+from bot.rebuilds.relay import ProgressRelay
+from bot.rebuilds.schedule import MISFIRE_GRACE_S
+from bot.rebuilds.service import RequestResult
+from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND, progress_text, report_sentence
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.tree import BuildProgress
@@ -62,7 +57,7 @@ class Inbox:
 
 
 def scheduler_lines(caplog: pytest.LogCaptureFixture, fragment: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "bot.scheduler" and fragment in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name.startswith("bot.rebuilds.") and fragment in r.getMessage()]
 
 
 def small_channel(engine: Engine, key: ChannelKey, text: str = "Penguins live in Antarctica. They eat krill.") -> None:
@@ -200,7 +195,7 @@ def test_a_request_rebuilds_and_reports_once(engine: Engine, channel: ChannelKey
 def test_requests_while_running_merge_into_one_queued_rebuild(
     engine: Engine, channel: ChannelKey, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.scheduler")
+    caplog.set_level(logging.INFO, logger="bot.rebuilds")
     engine.ingest_file(channel, SAMPLE)
     first, second, third = Inbox(), Inbox(), Inbox()
 
@@ -223,7 +218,7 @@ def test_requests_while_running_merge_into_one_queued_rebuild(
     assert first.kinds == [ReplyKind.INFO] and first.replies[0].text.startswith("Rebuilt: tree v1 ")
     for inbox in (second, third):
         assert inbox.kinds == [ReplyKind.PROGRESS, ReplyKind.INFO]
-        assert inbox.replies[0].text == QUEUED_TEXT
+        assert inbox.replies[0].text == REBUILD_QUEUED_BEHIND
         assert inbox.replies[1].text.startswith("Rebuilt: tree v2 ")
     assert first.received[-1][0] <= second.received[-1][0]
     assert engine.stats(channel).version == 2
@@ -290,7 +285,7 @@ def test_an_unexpected_failure_is_logged_with_a_reference(
     [reply] = inbox.replies
     assert reply.kind is ReplyKind.ERROR and re.fullmatch(r"[0-9a-f]{8}", reply.reference)
     assert "failed" in reply.text and reply.reference in reply.text and "a bug" not in reply.text
-    [record] = [r for r in caplog.records if r.name == "bot.scheduler" and r.exc_info]
+    [record] = [r for r in caplog.records if r.name.startswith("bot.rebuilds.") and r.exc_info]
     assert reply.reference in record.getMessage()
     assert NOTE not in engine.notes(channel)
 
@@ -355,7 +350,7 @@ def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
         assert not (await scheduler.status(channel)).running
 
     asyncio.run(before_restart())
-    assert inbox.replies == [Reply(ReplyKind.INFO, INTERRUPTED_TEXT)]
+    assert inbox.replies == [Reply(ReplyKind.INFO, REBUILD_INTERRUPTED)]
     assert engine.notes(channel)[NOTE].startswith("ann at ")
     assert engine.stats(channel).version == 0  # the cancelled build never switched over
 

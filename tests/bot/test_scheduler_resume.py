@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
-from bot.scheduler import NOTE, RebuildScheduler
+from bot.rebuilds.in_process import NOTE, RebuildScheduler
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document
 

@@ -7,10 +7,10 @@ import asyncio
 
 from bot.config import BotConfig
 from bot.coordination.link import RedisLink
-from bot.coordination.queued_rebuilds import QueuedRebuilds
-from bot.coordination.rebuild_queue import RebuildQueue
 from bot.deploy_config import CoordinationConfig
 from bot.neutral import ChannelKey, Reply
+from bot.rebuilds.job_queue import RebuildQueue
+from bot.rebuilds.queued import QueuedRebuilds
 from bot.replies import REBUILD_ENQUEUED, REBUILDS_WAIT
 from raptor_engine import Engine
 from testkit.valkey import ValkeyProcess

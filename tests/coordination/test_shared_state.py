@@ -10,14 +10,14 @@ import time
 import pytest
 
 from bot.coordination.deliveries import SharedLedger
-from bot.coordination.lease import ChannelLeases
+from bot.coordination.lease import ChannelLeases, HeldLeases
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue, channel_from_text
 from bot.coordination.reply_stream import ReplyPublisher, ReplyReader
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.coordination.shared_limits import SharedLimiter
 from bot.deploy_config import CoordinationConfig
 from bot.neutral import ChannelKey, Reply, ReplyAddress, ReplyKind, Send
+from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
+from bot.rebuilds.requests import RebuildRequests, Requester
 from raptor_engine import BuildBusy, BuildSuperseded
 from testkit.valkey import ValkeyProcess
 
@@ -79,12 +79,26 @@ def test_one_holder_per_channel_lease(redis_url: str) -> None:
         with pytest.raises(BuildBusy, match="one"):
             with two.hold(KEY):
                 pass
-        with one.hold(KEY):  # re-entrant in its process: the engine enters it again around the build
-            one.confirm(KEY)
-        one.confirm(KEY)
+        with pytest.raises(BuildBusy, match="one"):  # one hold per channel, in its own process too
+            with one.hold(KEY):
+                pass
+        one.confirm(KEY)  # the failed second hold left the first one as it was
         first_token = held.token
     with two.hold(KEY) as taken:  # released: the other takes it, with a newer token
         assert taken.token > first_token
+
+
+def test_a_build_inside_a_held_lease_checks_it_instead_of_taking_it(redis_url: str) -> None:
+    leases = ChannelLeases(link_to(redis_url), 5, "worker")
+    guard = HeldLeases(leases)  # the worker engine's guard
+    with pytest.raises(BuildSuperseded):  # a build outside a job holds nothing
+        with guard.hold(KEY):
+            pass
+    with leases.hold(KEY) as held:
+        with guard.hold(KEY) as checked:
+            assert checked is held
+            guard.confirm(KEY)
+        leases.confirm(KEY)  # the build's end let nothing go: the job still holds it
 
 
 def test_a_lease_that_ran_out_cannot_switch(own_valkey: ValkeyProcess) -> None:

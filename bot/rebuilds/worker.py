@@ -1,14 +1,15 @@
 """The rebuild worker: ``python -m bot worker``.
 
-It takes rebuild jobs from the RQ queue (:mod:`~bot.coordination.rebuild_queue`), one
+It takes rebuild jobs from the RQ queue (:mod:`~bot.rebuilds.job_queue`), one
 at a time, in this process (RQ's ``SimpleWorker``: the engine, its embedding model and
 its clustering process stay loaded between jobs). A job of a channel:
 
 1. drops the channel's queue marker, so a request made from now on enqueues a follow-up;
 2. takes the channel's lease (another worker holds it: the job ends, that worker builds
    again for whatever was requested meanwhile before it lets the lease go);
-3. under the lease, takes the waiting requests (and those a dead worker left), builds,
-   and tells each requester through the reply stream, which a front-end posts;
+3. under the lease, takes the waiting requests (and those a dead worker left), builds
+   (the engine's build guard checks the job's lease; it does not take it again), and
+   tells each requester through the reply stream, which a front-end posts;
 4. builds again while requests came in meanwhile, then lets the lease go.
 
 A job with no requesters (a scheduled check) builds only if the channel's sources
@@ -31,13 +32,14 @@ from rq import SimpleWorker
 from bot.config import Config
 from bot.coordination.lease import ChannelLeases, Held, holder_name
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue, channel_from_text
 from bot.coordination.reply_stream import ReplyPublisher
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
-from bot.scheduler import rebuild_and_report, sources_changed
+from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
+from bot.rebuilds.report import rebuild_and_report
+from bot.rebuilds.requests import RebuildRequests, Requester
+from bot.rebuilds.schedule import sources_changed
 from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, Engine
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ def run_rebuild_job(channel: str) -> str:
     Returns the outcome (``built``, ``failed``, ``unchanged``, ``busy``, ``superseded``,
     ``redis down``), which RQ keeps as the job's result."""
     if _context is None:
-        raise RuntimeError("run_rebuild_job runs in a worker started by bot.coordination.worker.serve_worker")
+        raise RuntimeError("run_rebuild_job runs in a worker started by bot.rebuilds.worker.serve_worker")
     key = channel_from_text(channel)
     started = time.monotonic()
     try:
@@ -132,7 +134,8 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
 def serve_worker(config: Config, engine: Engine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
     """Runs jobs until SIGTERM/SIGINT (RQ's warm shutdown: the job running ends first;
     a second signal stops at once, and the job's requests are picked up again). ``engine``
-    must be built with ``leases`` as its build guard. Returns the exit status."""
+    must be built with ``HeldLeases(leases)`` as its build guard: each job holds the lease,
+    its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
     install(WorkerContext(config, AsyncEngine(engine), link, leases, queue, RebuildRequests(link),
                           ReplyPublisher(link), metrics))

@@ -1,14 +1,35 @@
-"""What the chat handler and the bot need from whatever runs rebuilds: the in-process
-:class:`bot.scheduler.RebuildScheduler` (one process builds) or the queued
-:class:`bot.coordination.queued_rebuilds.QueuedRebuilds` (worker processes build)."""
+"""What the chat handler and the bot need from whatever runs rebuilds, and the types it speaks in.
+
+Two implementations: the in-process :class:`bot.rebuilds.in_process.RebuildScheduler`
+(one process builds) and the queued :class:`bot.rebuilds.queued.QueuedRebuilds` (worker
+processes build). This module imports nothing that speaks to people: the replies render
+:class:`ScheduleStatus`, so it must not import them back.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
 from typing import Protocol
 
 from bot.neutral import ChannelKey, ReplyAddress, Send
-from bot.schedule_status import ScheduleStatus
-from bot.scheduler import RequestResult
+
+
+class RequestResult(str, Enum):
+    """What :meth:`RebuildService.request` did with a request."""
+
+    STARTED = "started"  # nothing was running: the rebuild started
+    QUEUED = "queued"  # one is running: this one runs right after it (merged with other waiting requests)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStatus:
+    """A channel's rebuild state, as :meth:`RebuildService.status` sees it now."""
+
+    running: bool
+    queued: bool
+    next_run: datetime | None  # next scheduled check, None if the schedule is disabled/not started
 
 
 class RebuildService(Protocol):

@@ -1,7 +1,7 @@
 """A front-end's rebuilds when worker processes build: the same service as
-:class:`bot.scheduler.RebuildScheduler`, over Redis and the job queue.
+:class:`bot.rebuilds.in_process.RebuildScheduler`, over Redis and the job queue.
 
-* A request is recorded (:mod:`~bot.coordination.requests`) and a job enqueued once per
+* A request is recorded (:mod:`~bot.rebuilds.requests`) and a job enqueued once per
   channel; the requester hears "queued" now and the progress and result later, from the
   worker through the reply stream, posted by whichever front-end reads it.
 * Every replica runs the schedule; checks fire together (aligned intervals) and the
@@ -23,20 +23,19 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import replies
 from bot.config import BotConfig
 from bot.coordination.lease import ChannelLeases
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.rebuild_queue import RebuildQueue
-from bot.coordination.requests import RebuildRequests, Requester
 from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
-from bot.schedule_status import ScheduleStatus
-from bot.scheduler import MISFIRE_GRACE_S, RequestResult, changed_since_served, schedule_of, trigger_for
+from bot.rebuilds.job_queue import RebuildQueue
+from bot.rebuilds.requests import RebuildRequests, Requester
+from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.service import RequestResult, ScheduleStatus
 from raptor_engine import ChannelKey, Engine, channel_digest
 
 log = logging.getLogger(__name__)
@@ -56,44 +55,34 @@ class QueuedRebuilds:
         self._requests = RebuildRequests(link)
         self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
         self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
-        self._watched: set[ChannelKey] = set()
-        self._scheduler: AsyncIOScheduler | None = None
+        self._checks = ChannelChecks(config, self.check, aligned=True)
 
     # -- life cycle ------------------------------------------------------------
 
     async def start(self) -> None:
         """Schedules every known channel's checks and the sweep. Raises ``RuntimeError`` if
         started already, ``StoreError`` if the store cannot list its channels."""
-        if self._scheduler is not None:
+        if self._checks.started:
             raise RuntimeError("the rebuild service is already started")
-        self._watched.update(await self._engine.channels())
-        self._scheduler = AsyncIOScheduler()
-        self._scheduler.start()
-        for key in sorted(self._watched, key=str):
-            self._add_check(key)
-        self._scheduler.add_job(self.sweep, IntervalTrigger(seconds=self._coordination.sweep_every_s),
-                                id=SWEEP_JOB, coalesce=True, max_instances=1, next_run_time=datetime.now())
+        scheduler = self._checks.start(await self._engine.channels())
+        scheduler.add_job(self.sweep, IntervalTrigger(seconds=self._coordination.sweep_every_s),
+                          id=SWEEP_JOB, coalesce=True, max_instances=1, next_run_time=datetime.now())
 
     async def stop(self) -> None:
         """Stops the checks and the sweep. Requests kept while Redis was down are logged:
         they are lost with this process (the channel's next scheduled check still rebuilds)."""
-        if self._scheduler is not None:
-            scheduler, self._scheduler = self._scheduler, None
-            scheduler.shutdown(wait=False)
-            await asyncio.sleep(0)
+        await self._checks.stop()
         if self._outbox:
             log.warning("stopping with %d rebuild request(s) not yet sent to the coordination server",
                         len(self._outbox))
 
     @property
     def started(self) -> bool:
-        return self._scheduler is not None
+        return self._checks.started
 
     def watch(self, key: ChannelKey) -> None:
         """Makes sure the channel's checks are scheduled (it got its first source)."""
-        self._watched.add(key)
-        if self._scheduler is not None and self._scheduler.get_job(_check_id(key)) is None:
-            self._add_check(key)
+        self._checks.watch(key)
 
     # -- requests ----------------------------------------------------------------
 
@@ -149,15 +138,13 @@ class QueuedRebuilds:
     async def status(self, key: ChannelKey) -> ScheduleStatus:
         """Whether a worker builds the channel (holds its lease) or a job or requests wait;
         both False when Redis cannot be reached."""
-        job = self._scheduler.get_job(_check_id(key)) if self._scheduler is not None else None
-        next_run = job.next_run_time if job is not None else None
         try:
             running = bool(await self._link.run(lambda r: r.exists(self._leases.lease_key(key))))
             queued = bool(await self._link.run(lambda r: r.exists(self._queue.marker(key))))
             queued = queued or await self._requests.waiting(key) > 0
         except CoordinationDown:
             running = queued = False
-        return ScheduleStatus(running=running, queued=queued, next_run=next_run)
+        return ScheduleStatus(running=running, queued=queued, next_run=self._checks.next_run(key))
 
     def depth(self) -> int:
         """Rebuild jobs waiting in the queue (blocking: for the metrics' scrape thread).
@@ -173,15 +160,6 @@ class QueuedRebuilds:
         await self._requests.add(key, requester)
         await asyncio.to_thread(self._queue.enqueue_once, key, f"requested by {requester.by or '?'}")
 
-    def _add_check(self, key: ChannelKey) -> None:
-        assert self._scheduler is not None
-        schedule = schedule_of(self._config, key)
-        if not schedule.enabled:
-            return
-        self._scheduler.add_job(self.check, trigger_for(schedule, aligned=True), args=[key], id=_check_id(key),
-                                name=f"rebuild check of {key}", coalesce=True, max_instances=1,
-                                misfire_grace_time=MISFIRE_GRACE_S, replace_existing=True)
-
     def _period_s(self, key: ChannelKey) -> float:
         schedule = schedule_of(self._config, key)
         return 60.0 if schedule.cron is not None else schedule.every_minutes * 60
@@ -190,10 +168,6 @@ class QueuedRebuilds:
         """Which period of the channel's schedule now falls in (the same on every replica):
         checks of one period, whichever replica runs them, share one claim."""
         return int(time.time() // self._period_s(key))
-
-
-def _check_id(key: ChannelKey) -> str:
-    return f"rebuild-check:{key}"
 
 
 async def _exists(redis: Any, keys: tuple[str, ...]) -> int:

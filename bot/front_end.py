@@ -9,10 +9,10 @@ from bot.config import Config
 from bot.coordination.deliveries import SharedLedger
 from bot.coordination.lease import holder_name
 from bot.coordination.link import RedisLink
-from bot.coordination.queued_rebuilds import QueuedRebuilds
 from bot.coordination.reply_stream import ReplyReader
 from bot.coordination.shared_limits import LimiterFactory, shared_limiters
 from bot.neutral import Courier
+from bot.rebuilds.queued import QueuedRebuilds
 from raptor_engine import Engine
 
 

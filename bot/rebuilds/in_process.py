@@ -1,11 +1,11 @@
-"""Rebuilding channels' trees: on request, and on a schedule when their sources changed.
+"""Rebuilding channels' trees in this process: on request, and on a schedule when their sources changed.
 
 :class:`RebuildScheduler` owns every rebuild the bot runs. Per channel it keeps
 at most one rebuild running and at most one waiting behind it: requests made
 while a rebuild runs merge into the waiting one, and everyone who asked hears
-its result. An APScheduler job per channel checks, every interval or on a cron
-line, whether the channel's sources changed since its served build, and only
-then rebuilds.
+its result. An APScheduler job per channel (:class:`~bot.rebuilds.schedule.ChannelChecks`)
+checks, every interval or on a cron line, whether the channel's sources changed since
+its served build, and only then rebuilds.
 
 A manual request leaves the note ``rebuild_requested`` in the store until its
 build ends (whatever the outcome, except being cancelled), so a request cut
@@ -19,55 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import Enum
 
 from apscheduler.job import Job
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
-from bot.config import BotConfig, ScheduleConfig
+from bot.config import BotConfig
 from bot.engine_calls import AsyncEngine
-from bot.errors import explain, log_failure
 from bot.memory import release_free_memory
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.observability.metrics import Metrics
-from bot.replies import progress_text, rebuild_failed_text, report_sentence
-from bot.schedule_status import ScheduleStatus
-from raptor_engine import (
-    BuildBusy,
-    BuildProgress,
-    BuildSuperseded,
-    ChannelKey,
-    Engine,
-    NothingToBuild,
-    RaptorError,
-    TreeStats,
-)
+from bot.rebuilds.relay import send_safely
+from bot.rebuilds.report import rebuild_and_report
+from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.service import RequestResult, ScheduleStatus
+from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
+from raptor_engine import ChannelKey, Engine, RaptorError
 
 log = logging.getLogger(__name__)
 
 NOTE = "rebuild_requested"  # the store note marking a manual rebuild not finished yet
-EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # aligned intervals count from here
-MISFIRE_GRACE_S = 600  # a check delayed this long (busy loop, suspended host) still runs; coalesce merges the rest
 STOP_NOTICE_TIMEOUT_S = 2.0  # how long stop() waits for each "interrupted" notice to be sent
-QUEUED_TEXT = "A rebuild is running; yours is queued and starts when it ends."
-INTERRUPTED_TEXT = (
-    "The bot is stopping: the rebuild was interrupted and resumes when the bot is back. "
-    "The current tree keeps answering."
-)
-
-
-class RequestResult(str, Enum):
-    """What :meth:`RebuildScheduler.request` did with a request."""
-
-    STARTED = "started"  # nothing was running: the rebuild started
-    QUEUED = "queued"  # one is running: this one runs right after it (merged with other waiting requests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +91,7 @@ class RebuildScheduler:
         self._metrics = metrics
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}
-        self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
-        self._scheduler: AsyncIOScheduler | None = None
+        self._checks = ChannelChecks(config, self.check)
 
     # -- life cycle ------------------------------------------------------------
 
@@ -131,14 +102,10 @@ class RebuildScheduler:
         a replica without the schedule leaves them to the process that has it, so they resume
         in one process only. Raises ``RuntimeError`` if already started, ``StoreError`` if the
         store cannot list its channels."""
-        if self._scheduler is not None:
+        if self._checks.started:
             raise RuntimeError("the rebuild scheduler is already started")
         keys = await self._engine.channels()
-        self._scheduler = AsyncIOScheduler()
-        self._scheduler.start()  # on the running loop: AsyncIOScheduler picks it up here
-        self._watched.update(keys)
-        for key in sorted(self._watched, key=str):
-            self._add_job(key)
+        self._checks.start(keys)
         for key in keys:
             await self._resume(key)
 
@@ -146,10 +113,7 @@ class RebuildScheduler:
         """Shuts the scheduler down, cancels running rebuilds (the engine guarantees the previous
         tree keeps answering; the 'rebuild_requested' note stays so they resume at the next start).
         Whoever waits for a cancelled rebuild is told so (best effort, briefly)."""
-        if self._scheduler is not None:
-            scheduler, self._scheduler = self._scheduler, None
-            scheduler.shutdown(wait=False)
-            await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
+        await self._checks.stop()
         tasks: list[asyncio.Task[None]] = []
         waiting: list[Send] = []
         for state in self._states.values():
@@ -162,15 +126,13 @@ class RebuildScheduler:
         await asyncio.gather(*tasks, return_exceptions=True)
         if tasks:
             log.info("stopped %d running rebuild(s); they resume at the next start if requested", len(tasks))
-        notice = Reply(ReplyKind.INFO, INTERRUPTED_TEXT)
+        notice = Reply(ReplyKind.INFO, REBUILD_INTERRUPTED)
         await asyncio.gather(*(_send_within(send, notice, STOP_NOTICE_TIMEOUT_S) for send in waiting))
 
     def watch(self, key: ChannelKey) -> None:
         """Makes sure the channel has a scheduled job (called when a channel gets its first source).
         Before :meth:`start`, the job is added when the scheduler starts."""
-        self._watched.add(key)
-        if self._scheduler is not None and self._scheduler.get_job(_job_id(key)) is None:
-            self._add_job(key)
+        self._checks.watch(key)
 
     # -- requests ----------------------------------------------------------------
 
@@ -197,7 +159,7 @@ class RebuildScheduler:
         state.queued.requesters.append(requester)
         log.info("channel %s: rebuild requested by %s: queued", key, requested_by)
         if send is not None:
-            await _send_safely(send, Reply(ReplyKind.PROGRESS, QUEUED_TEXT))
+            await send_safely(send, Reply(ReplyKind.PROGRESS, REBUILD_QUEUED_BEHIND))
         return RequestResult.QUEUED
 
     async def check(self, key: ChannelKey) -> bool:
@@ -221,21 +183,20 @@ class RebuildScheduler:
     async def status(self, key: ChannelKey) -> ScheduleStatus:
         """Whether a rebuild of the channel runs or waits, and when its next scheduled check is."""
         state = self._states.get(key)
-        job = self.job(key)
         return ScheduleStatus(
             running=state is not None and state.task is not None,
             queued=state is not None and state.queued is not None,
-            next_run=job.next_run_time if job is not None else None,
+            next_run=self._checks.next_run(key),
         )
 
     @property
     def started(self) -> bool:
         """Between :meth:`start` and :meth:`stop`."""
-        return self._scheduler is not None
+        return self._checks.started
 
     def job(self, key: ChannelKey) -> Job | None:
         """The channel's APScheduler job, None if it has none or the scheduler is not started."""
-        return self._scheduler.get_job(_job_id(key)) if self._scheduler is not None else None
+        return self._checks.job(key)
 
     async def wait_idle(self, key: ChannelKey | None = None) -> None:
         """Until nothing runs or waits for that channel (or any channel): for tests and shutdown."""
@@ -258,31 +219,10 @@ class RebuildScheduler:
             self._states[key] = _ChannelState()
         return self._states[key]
 
-    def _schedule_of(self, key: ChannelKey) -> ScheduleConfig:
-        return schedule_of(self._config, key)
-
-    def _add_job(self, key: ChannelKey) -> None:
-        assert self._scheduler is not None
-        schedule = self._schedule_of(key)
-        if not schedule.enabled:
-            log.debug("channel %s: schedule disabled, no job", key)
-            return
-        self._scheduler.add_job(
-            self.check,
-            trigger_for(schedule),
-            args=[key],
-            id=_job_id(key),
-            name=f"rebuild check of {key}",
-            coalesce=True,
-            max_instances=1,
-            misfire_grace_time=MISFIRE_GRACE_S,
-            replace_existing=True,
-        )
-
     async def _resume(self, key: ChannelKey) -> None:
         """Restarts a manual rebuild whose note survived a restart (its requester cannot be told),
         if the channel's schedule is enabled in this process."""
-        if not self._schedule_of(key).enabled:
+        if not schedule_of(self._config, key).enabled:
             # Every replica of a server-backed bot starts here: only the one running the
             # schedule may resume, or each would build the channel at once.
             log.debug("channel %s: schedule disabled, a pending rebuild is left to the process that runs it", key)
@@ -337,164 +277,11 @@ class RebuildScheduler:
         reply, _ = await rebuild_and_report(self._engine, key, batch.sends, self._config.progress_every_s,
                                             batch.describe(), self._metrics)
         batch.answered = True
-        await asyncio.gather(*(_send_safely(send, reply) for send in batch.sends))
-
-
-async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequence[Send], progress_every_s: float,
-                             why: str, metrics: Metrics | None = None) -> tuple[Reply, Exception | None]:
-    """Rebuilds ``key``, relaying progress to ``sends``, and returns the reply that tells the
-    result (not sent yet) with the error that ended the build, if any. Engine errors become
-    the person's reply; anything else is logged with a reference the reply quotes. Raises
-    only ``CancelledError`` (the progress relay is stopped first)."""
-    relay = ProgressRelay(sends, progress_every_s) if sends else None
-    error: Exception | None = None
-    started = time.monotonic()
-    try:
-        report = await engine.rebuild(key, relay)
-    except asyncio.CancelledError:
-        if relay is not None:
-            relay.cancel()
-        raise
-    except RaptorError as exc:
-        error = exc
-        reply = Reply(ReplyKind.ERROR, explain(exc))
-        log.warning("channel %s: rebuild failed (%s): %s", key, why, exc)
-    except Exception as exc:
-        error = exc
-        reference = log_failure(log, "channel %s: rebuild failed unexpectedly (reference %s)", key)
-        reply = Reply(ReplyKind.ERROR, rebuild_failed_text(reference), reference=reference)
-    else:
-        reply = Reply(ReplyKind.INFO, report_sentence(report))
-        log.info("channel %s: rebuild finished (%s): %s", key, why, reply.text)
-        if metrics is not None:
-            metrics.count_model_calls("summary", report.model_calls, report.prompt_tokens + report.completion_tokens)
-    if metrics is not None:
-        metrics.observe_rebuild(_outcome(error), time.monotonic() - started)
-    if relay is not None:
-        await relay.close()  # no progress reply may arrive after the result
-    return reply, error
-
-
-def _outcome(error: Exception | None) -> str:
-    """A rebuild's outcome as the metrics label it."""
-    if error is None:
-        return "built"
-    if isinstance(error, BuildBusy):
-        return "busy"
-    if isinstance(error, BuildSuperseded):
-        return "superseded"
-    if isinstance(error, NothingToBuild):
-        return "nothing_to_build"
-    return "failed"
-
-
-class ProgressRelay:
-    """The engine's ``ProgressCallback`` turned into PROGRESS replies, at most one per
-    ``every_s`` seconds (the first after ``every_s``: a quick build only reports its result).
-
-    Callable from any thread: events hop to the loop the relay was made on. Updates
-    arriving while a reply is still being sent are dropped, so a slow platform never
-    piles replies up; :meth:`close` waits for the one in flight and stops the rest.
-    """
-
-    def __init__(
-        self,
-        sends: Sequence[Send],
-        every_s: float,
-        clock: Callable[[], float] = time.monotonic,
-        loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        """Must be made on the loop (or given ``loop``) whose coroutines ``sends`` are."""
-        self._sends = list(sends)
-        self._every_s = every_s
-        self._clock = clock
-        self._loop = loop or asyncio.get_running_loop()
-        self._last = clock()
-        self._in_flight: asyncio.Task[None] | None = None
-        self._closed = False
-
-    def __call__(self, event: BuildProgress) -> None:
-        # Worker threads call this too: only the loop may touch the relay's state.
-        self._loop.call_soon_threadsafe(self._on_event, event)
-
-    def _on_event(self, event: BuildProgress) -> None:
-        now = self._clock()
-        if self._closed or now - self._last < self._every_s:
-            return
-        if self._in_flight is not None and not self._in_flight.done():
-            return
-        self._last = now
-        reply = Reply(ReplyKind.PROGRESS, progress_text(event))
-        self._in_flight = self._loop.create_task(self._deliver(reply))
-
-    async def _deliver(self, reply: Reply) -> None:
-        await asyncio.gather(*(_send_safely(send, reply) for send in self._sends))
-
-    async def close(self) -> None:
-        """Stops relaying and waits for the reply being sent, if any."""
-        self._closed = True
-        if self._in_flight is not None:
-            await self._in_flight
-
-    def cancel(self) -> None:
-        """Stops relaying and cancels the reply being sent, if any (the build was cancelled)."""
-        self._closed = True
-        if self._in_flight is not None:
-            self._in_flight.cancel()
-
-
-async def changed_since_served(engine: AsyncEngine, key: ChannelKey) -> bool:
-    """A scheduled check's question: did the channel's sources change since its served tree?
-    A store failure is logged and answers no: the next check asks again."""
-    try:
-        stats = await engine.stats(key)
-    except RaptorError as exc:
-        log.warning("channel %s: scheduled check failed: %s", key, exc)
-        return False
-    if not sources_changed(stats):
-        log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
-        return False
-    return True
-
-
-def sources_changed(stats: TreeStats) -> bool:
-    """Whether the served tree is behind the channel's sources and a rebuild could build one."""
-    if stats.sources == 0:
-        return False  # nothing to build from (a channel whose sources were all removed included)
-    return stats.pending_sources > 0 or stats.version == 0
-
-
-def _job_id(key: ChannelKey) -> str:
-    return f"rebuild-check:{key}"
-
-
-def trigger_for(schedule: ScheduleConfig, aligned: bool = False) -> BaseTrigger:
-    """The cron line if set (server time), else the interval. ``aligned`` intervals fire at
-    multiples of the interval since 2000-01-01 UTC, so replicas started at different times
-    fire together (and agree on which period a check belongs to)."""
-    if schedule.cron is not None:
-        return CronTrigger.from_crontab(schedule.cron)
-    if aligned:
-        return IntervalTrigger(minutes=schedule.every_minutes, start_date=EPOCH)
-    return IntervalTrigger(minutes=schedule.every_minutes)
-
-
-def schedule_of(config: BotConfig, key: ChannelKey) -> ScheduleConfig:
-    """The channel's own schedule where configured, else the bot's."""
-    channel = config.channels.get(str(key))
-    return channel.schedule if channel is not None and channel.schedule is not None else config.schedule
-
-
-async def _send_safely(send: Send, reply: Reply) -> None:
-    """Sends, logging instead of raising: a platform failing to deliver never stops a rebuild."""
-    try:
-        await send(reply)
-    except Exception:
-        log.warning("could not send a %s reply about a rebuild", reply.kind.value, exc_info=True)
+        await asyncio.gather(*(send_safely(send, reply) for send in batch.sends))
 
 
 async def _send_within(send: Send, reply: Reply, timeout_s: float) -> None:
     try:
-        await asyncio.wait_for(_send_safely(send, reply), timeout_s)
+        await asyncio.wait_for(send_safely(send, reply), timeout_s)
     except TimeoutError:
         log.warning("gave up sending a %s reply after %.0f s", reply.kind.value, timeout_s)

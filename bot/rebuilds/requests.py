@@ -19,8 +19,8 @@ from typing import Any
 
 from bot.coordination.lease import ChannelLeases, Held
 from bot.coordination.link import RedisLink, describe
-from bot.coordination.rebuild_queue import channel_from_text, channel_text
 from bot.neutral import ChannelKey, ReplyAddress
+from bot.rebuilds.job_queue import channel_from_text, channel_text
 from raptor_engine import BuildSuperseded, channel_digest
 
 # KEYS: lease, requests, building; ARGV: lease value. Moves requests into building if the lease is ours.

@@ -22,7 +22,7 @@ from raptor_engine import ChannelKey, channel_digest
 
 log = logging.getLogger(__name__)
 
-JOB_FUNCTION = "bot.coordination.worker.run_rebuild_job"
+JOB_FUNCTION = "bot.rebuilds.worker.run_rebuild_job"
 RESULT_TTL_S = 3600  # how long RQ keeps a finished job's record (for inspection)
 FAILURE_TTL_S = 7 * 24 * 3600
 

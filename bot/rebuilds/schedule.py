@@ -1,0 +1,148 @@
+"""When a channel is checked for a rebuild, and what the check asks; both rebuild services use it.
+
+:class:`ChannelChecks` keeps one APScheduler job per watched channel whose schedule is
+enabled (its own where configured, else the bot's): every interval, or on a cron line,
+the job calls the service's check. The check asks :func:`changed_since_served`: a rebuild
+is only worth it when the channel's sources changed since its served tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+
+from apscheduler.job import Job
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bot.config import BotConfig, ScheduleConfig
+from bot.engine_calls import AsyncEngine
+from raptor_engine import ChannelKey, RaptorError, TreeStats
+
+log = logging.getLogger(__name__)
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # aligned intervals count from here
+MISFIRE_GRACE_S = 600  # a check delayed this long (busy loop, suspended host) still runs; coalesce merges the rest
+
+Check = Callable[[ChannelKey], Awaitable[bool]]
+"""A service's scheduled check of one channel: True if it started (or enqueued) a rebuild."""
+
+
+class ChannelChecks:
+    """The scheduled checks of every watched channel, on an APScheduler of their own.
+
+    Channels watched before :meth:`start` get their job when it starts. ``aligned`` checks
+    fire at the same moments in every process (see :func:`trigger_for`). Not thread-safe:
+    every method is called from the event loop it was started on.
+    """
+
+    def __init__(self, config: BotConfig, check: Check, aligned: bool = False) -> None:
+        self._config = config
+        self._check = check
+        self._aligned = aligned
+        self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
+        self._scheduler: AsyncIOScheduler | None = None
+
+    def start(self, keys: Iterable[ChannelKey]) -> AsyncIOScheduler:
+        """Starts the APScheduler on the running loop with a job for each of ``keys`` and of the
+        channels watched already; returns it (a service may add jobs of its own). Raises
+        ``RuntimeError`` if already started."""
+        if self._scheduler is not None:
+            raise RuntimeError("the rebuild checks are already scheduled")
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.start()  # on the running loop: AsyncIOScheduler picks it up here
+        self._watched.update(keys)
+        for key in sorted(self._watched, key=str):
+            self._add_job(key)
+        return self._scheduler
+
+    async def stop(self) -> None:
+        """Shuts the APScheduler down; no check starts after this returns."""
+        if self._scheduler is not None:
+            scheduler, self._scheduler = self._scheduler, None
+            scheduler.shutdown(wait=False)
+            await asyncio.sleep(0)  # AsyncIOScheduler.shutdown runs on the loop's next turn
+
+    @property
+    def started(self) -> bool:
+        """Between :meth:`start` and :meth:`stop`."""
+        return self._scheduler is not None
+
+    def watch(self, key: ChannelKey) -> None:
+        """Makes sure the channel has a job (called when a channel gets its first source)."""
+        self._watched.add(key)
+        if self._scheduler is not None and self._scheduler.get_job(_job_id(key)) is None:
+            self._add_job(key)
+
+    def job(self, key: ChannelKey) -> Job | None:
+        """The channel's APScheduler job, None if it has none or the checks are not started."""
+        return self._scheduler.get_job(_job_id(key)) if self._scheduler is not None else None
+
+    def next_run(self, key: ChannelKey) -> datetime | None:
+        """When the channel's next check runs, None without a job."""
+        job = self.job(key)
+        return job.next_run_time if job is not None else None
+
+    def _add_job(self, key: ChannelKey) -> None:
+        assert self._scheduler is not None
+        schedule = schedule_of(self._config, key)
+        if not schedule.enabled:
+            log.debug("channel %s: schedule disabled, no job", key)
+            return
+        self._scheduler.add_job(
+            self._check,
+            trigger_for(schedule, self._aligned),
+            args=[key],
+            id=_job_id(key),
+            name=f"rebuild check of {key}",
+            coalesce=True,
+            max_instances=1,
+            misfire_grace_time=MISFIRE_GRACE_S,
+            replace_existing=True,
+        )
+
+
+async def changed_since_served(engine: AsyncEngine, key: ChannelKey) -> bool:
+    """A scheduled check's question: did the channel's sources change since its served tree?
+    A store failure is logged and answers no: the next check asks again."""
+    try:
+        stats = await engine.stats(key)
+    except RaptorError as exc:
+        log.warning("channel %s: scheduled check failed: %s", key, exc)
+        return False
+    if not sources_changed(stats):
+        log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+        return False
+    return True
+
+
+def sources_changed(stats: TreeStats) -> bool:
+    """Whether the served tree is behind the channel's sources and a rebuild could build one."""
+    if stats.sources == 0:
+        return False  # nothing to build from (a channel whose sources were all removed included)
+    return stats.pending_sources > 0 or stats.version == 0
+
+
+def trigger_for(schedule: ScheduleConfig, aligned: bool = False) -> BaseTrigger:
+    """The cron line if set (server time), else the interval. ``aligned`` intervals fire at
+    multiples of the interval since 2000-01-01 UTC, so replicas started at different times
+    fire together (and agree on which period a check belongs to)."""
+    if schedule.cron is not None:
+        return CronTrigger.from_crontab(schedule.cron)
+    if aligned:
+        return IntervalTrigger(minutes=schedule.every_minutes, start_date=EPOCH)
+    return IntervalTrigger(minutes=schedule.every_minutes)
+
+
+def schedule_of(config: BotConfig, key: ChannelKey) -> ScheduleConfig:
+    """The channel's own schedule where configured, else the bot's."""
+    channel = config.channels.get(str(key))
+    return channel.schedule if channel is not None and channel.schedule is not None else config.schedule
+
+
+def _job_id(key: ChannelKey) -> str:
+    return f"rebuild-check:{key}"

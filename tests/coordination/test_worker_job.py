@@ -1,0 +1,78 @@
+"""One rebuild job of the worker, run in this process on a real engine (embedded Chroma) and a
+real Valkey: what ``python -m bot worker`` does for each job, without the RQ loop around it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bot.config import BotConfig, Config
+from bot.coordination.lease import ChannelLeases, Held, HeldLeases
+from bot.coordination.link import RedisLink, describe
+from bot.coordination.reply_stream import ReplyPublisher, decode
+from bot.deploy_config import CoordinationConfig
+from bot.engine_calls import AsyncEngine
+from bot.neutral import ChannelKey, ReplyAddress, ReplyKind
+from bot.observability.metrics import Metrics
+from bot.rebuilds.job_queue import RebuildQueue, channel_text
+from bot.rebuilds.requests import RebuildRequests, Requester
+from bot.rebuilds.worker import WorkerContext, install, run_rebuild_job
+from raptor_engine import (
+    ChromaStore,
+    Engine,
+    EngineSettings,
+    ExtractiveAnswerer,
+    ExtractiveSummarizer,
+    channel_digest,
+)
+
+KEY = ChannelKey("slack", "T1", "C7")
+TEXT = ("The lighthouse keeper logs the weather every evening. Storms come from the west in autumn. "
+        "The supply boat arrives on Tuesdays unless the sea is rough. ") * 8
+
+
+class CountedLeases(ChannelLeases):
+    """The worker's leases, noting each time a channel's lease is entered."""
+
+    def __init__(self, link: RedisLink, lease_s: float, holder: str) -> None:
+        super().__init__(link, lease_s, holder)
+        self.entered: list[ChannelKey] = []
+
+    @contextmanager
+    def hold(self, key: ChannelKey) -> Iterator[Held]:
+        self.entered.append(key)
+        with super().hold(key) as held:
+            yield held
+
+
+def worker_engine(store: ChromaStore, embedder: Any, leases: ChannelLeases) -> Engine:
+    """The engine as ``bot.composition.run_worker`` builds it: its builds check the job's lease."""
+    counter, settings = embedder.token_counter(), EngineSettings()
+    return Engine(store, embedder, counter, ExtractiveSummarizer(counter, settings.summary_tokens),
+                  ExtractiveAnswerer(embedder), settings, build_guard=HeldLeases(leases))
+
+
+def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
+        store: ChromaStore, embedder: Any, redis_url: str) -> None:
+    settings = CoordinationConfig(redis_url=redis_url, connect_timeout_s=0.5)  # type: ignore[arg-type]
+    link = RedisLink(settings)
+    leases = CountedLeases(link, settings.lease_s, "worker")
+    engine = worker_engine(store, embedder, leases)
+    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
+    requests = RebuildRequests(link)
+    asyncio.run(requests.add(KEY, Requester("ana", ReplyAddress(KEY, "T.1"))))
+    install(WorkerContext(Config(bot=BotConfig(progress_every_s=3600)), AsyncEngine(engine), link, leases,
+                          RebuildQueue(link, settings.job_timeout_s), requests, ReplyPublisher(link), Metrics()))
+
+    assert run_rebuild_job(channel_text(KEY)) == "built"
+
+    assert leases.entered == [KEY]  # taken once for the whole job, not again around the build
+    assert int(link.blocking.get(link.key("fence", channel_digest(KEY))) or 0) == 1
+    assert not link.blocking.exists(leases.lease_key(KEY))  # let go at the job's end
+    [(_, fields)] = link.blocking.xrange(link.key("replies", "slack"))
+    address, reply = decode({describe(name): describe(value) for name, value in fields.items()})
+    assert address == ReplyAddress(KEY, "T.1")
+    assert reply.kind is ReplyKind.INFO and reply.text.startswith("Rebuilt: tree v1 ")
+    assert engine.stats(KEY).version == 1
