@@ -15,7 +15,8 @@ the messages in :mod:`~adapters.discord_bot.render`, sending them in
 * :mod:`~adapters.discord_bot.messages` — questions, follow-ups and uploads;
 * :mod:`~adapters.discord_bot.pins` — pinned messages as sources;
 * :mod:`~adapters.discord_bot.interactions` — slash commands, buttons, autocomplete,
-  with the command group declared in :mod:`~adapters.discord_bot.slash_command`.
+  with the command group declared in :mod:`~adapters.discord_bot.slash_command` and
+  button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`.
 
 A private thread is a channel of its own (:attr:`translate.Place.key`): its files and
 pins never reach its parent channel's tree, and questions there are answered from its
@@ -31,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adapters.discord_bot.connection import discord_endpoints, stay_connected
-from adapters.discord_bot.interactions import InteractionHandling, interaction_manager, interaction_place
+from adapters.discord_bot.interaction_events import interaction_manager, interaction_place
+from adapters.discord_bot.interactions import InteractionHandling
 from adapters.discord_bot.lifecycle import intents
 from adapters.discord_bot.messages import MessageHandling, place_manager
 from adapters.discord_bot.pins import PinHandling
