@@ -1,7 +1,7 @@
 """Discord interactions: the ``/raptor`` subcommands, the buttons under answers, and
 the ``forget`` autocomplete.
 
-Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.client.DiscordClient`):
 
 * every slash command is deferred at once (Discord allows 3 s) and answered by
   follow-ups; private replies are ephemeral;

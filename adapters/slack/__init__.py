@@ -9,11 +9,11 @@
   Block Kit messages, split within Slack's limits.
 * :mod:`adapters.slack.web` — the Web API and file-download side: people,
   threads, downloads, reactions, and delivering replies (failures reported).
-* :mod:`adapters.slack.handling` — :class:`~adapters.slack.handling.SlackAdapter`:
+* :mod:`adapters.slack.handling` — :class:`~adapters.slack.handling.SlackHandling`:
   each acknowledged payload as background work for the bot.
 * :mod:`adapters.slack.listeners` — the ``AsyncApp``, its middleware and listeners.
 * :mod:`adapters.slack.app` — :func:`~adapters.slack.app.run_slack` with
-  :class:`~adapters.slack.app.SlackPlatform`, the adapter ``python -m bot serve``
+  :class:`~adapters.slack.app.SlackAdapter`, the adapter ``python -m bot serve``
   runs when ``slack.bot_token`` is set.
 
 ``manifest.yaml`` beside this file creates the Slack app with every scope and

@@ -1,19 +1,20 @@
 """What the Slack adapter does with a payload once bolt has acknowledged it.
 
-:class:`SlackAdapter` turns Slack payloads into work for one started
-:class:`~bot.runtime.Assistant`. Contract:
+:class:`SlackHandling` turns Slack payloads into work for one started
+:class:`~bot.runtime.Assistant`; it is the platform-side piece that
+:class:`~adapters.slack.app.SlackAdapter` (the :class:`~adapters.protocol.Adapter`) runs. Contract:
 
 * the ``on_*`` methods (called by the listeners of :mod:`adapters.slack.listeners`,
   after the acknowledgement) only start a background task and return: the
   acknowledgement never waits for the work. At most ``max_concurrency`` tasks work
-  at once; :meth:`SlackAdapter.drain` waits for them when the app stops;
-* :meth:`SlackAdapter.first_delivery` tells an Events API delivery from Slack's
+  at once; :meth:`SlackHandling.drain` waits for them when the app stops;
+* :meth:`SlackHandling.first_delivery` tells an Events API delivery from Slack's
   retry of it (Slack resends events not acknowledged within 3 s, possibly to another
   replica behind the load balancer), so an event is answered once whatever the
   retries: the bot's delivery ledger (``Assistant.first_delivery``, shared by the
   replicas) remembers ``slack:event:<event_id>``. A shared file, which arrives as two
   events (its message and ``file_shared``), is taken once by ``slack:file:<channel>:<file id>``;
-* :meth:`SlackAdapter.courier` posts replies to a channel without an event (a rebuild's
+* :meth:`SlackHandling.courier` posts replies to a channel without an event (a rebuild's
   progress and result that a worker process produced), as :class:`~adapters.slack.web.Outbox`
   posts every reply;
 * a task classifies the payload (:mod:`adapters.slack.translate`), fetches what
@@ -74,7 +75,7 @@ MAX_CONCURRENT_EVENTS = 16  # events worked on at once; more wait (their acknowl
 DRAIN_TIMEOUT_S = 10.0  # on stop, how long events being worked on may take to finish
 
 
-class SlackAdapter:
+class SlackHandling:
     """Turns Slack payloads into work for one started :class:`~bot.runtime.Assistant`.
 
     The ``on_*`` methods are called by bolt's listeners after the acknowledgement;
