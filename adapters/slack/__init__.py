@@ -7,8 +7,12 @@
   :mod:`~adapters.slack.files` and :mod:`~adapters.slack.failures`.
 * :mod:`adapters.slack.blocks` — pure: a neutral :class:`~bot.neutral.Reply` to
   Block Kit messages, split within Slack's limits.
-* :mod:`adapters.slack.web` — the Web API and file-download side: people,
-  threads, downloads, reactions, and delivering replies (failures reported).
+* :mod:`adapters.slack.web` — the Web API basics: failures named, people,
+  threads, reactions.
+* :mod:`adapters.slack.downloads` — shared files downloaded, the token sent to Slack only.
+* :mod:`adapters.slack.outbox` — delivering replies (failures reported to the person),
+  and :mod:`adapters.slack.sending` — the ``send`` of an event, which can show an
+  answer while it is written.
 * :mod:`adapters.slack.handling` — :class:`~adapters.slack.handling.SlackHandling`:
   each acknowledged payload as background work for the bot.
 * :mod:`adapters.slack.listeners` — the ``AsyncApp``, its middleware and listeners.

@@ -15,14 +15,15 @@
   replicas) remembers ``slack:event:<event_id>``. A shared file, which arrives as two
   events (its message and ``file_shared``), is taken once by ``slack:file:<channel>:<file id>``;
 * :meth:`SlackHandling.courier` posts replies to a channel without an event (a rebuild's
-  progress and result that a worker process produced), as :class:`~adapters.slack.web.Outbox`
+  progress and result that a worker process produced), as :class:`~adapters.slack.outbox.Outbox`
   posts every reply;
 * a task classifies the payload (:mod:`adapters.slack.translate`), fetches what
-  Slack did not send (:mod:`adapters.slack.web`: the person, the thread, the file),
-  and gives the neutral event to ``bot.handler.handle`` with a ``send`` that posts
-  Block Kit messages (:mod:`adapters.slack.blocks`) and can show a language model's
-  answer while it is written (:class:`~adapters.slack.web.SlackDraft`: Slack's native
-  streaming in the thread, or paced ``chat.update`` edits where streaming is refused);
+  Slack did not send (:mod:`adapters.slack.web`: the person, the thread;
+  :mod:`adapters.slack.downloads`: the file), and gives the neutral event to
+  ``bot.handler.handle`` with a ``send`` that posts Block Kit messages
+  (:mod:`adapters.slack.blocks`) and can show a language model's answer while it is
+  written (:class:`~adapters.slack.sending.SlackDraft`: Slack's native streaming in the
+  thread, or paced ``chat.update`` edits where streaming is refused);
 * a 👎 on an answer opens the feedback form (:mod:`adapters.slack.feedback_form`) with
   ``views.open`` in a task of its own that waits for no slot (the click's ``trigger_id``
   expires 3 s after the click), and is recorded as a vote as before, so a dismissed form
@@ -49,6 +50,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import translate, web as slack_web
 from adapters.slack.blocks import render_question
+from adapters.slack.downloads import Downloader, DownloadError
+from adapters.slack.outbox import Outbox, Target
+from adapters.slack.sending import SlackSend
 from adapters.slack.translate import (
     Asked,
     BotIdentity,
@@ -61,7 +65,7 @@ from adapters.slack.translate import (
     SlackFile,
     Unpinned,
 )
-from adapters.slack.web import Downloader, DownloadError, Outbox, People, Target
+from adapters.slack.web import People
 from bot import replies
 from bot.commands import ASK
 from bot.config import SlackConfig
@@ -125,7 +129,7 @@ class SlackHandling:
         reply names its own, exactly as replies to events are (it never raises either).
         With no person to show it to, a private reply is posted in the conversation like
         any other (ephemeral messages need one)."""
-        deliver = self.outbox.sender(Target(address.channel.channel, "", thread=address.thread))
+        deliver = SlackSend(self.outbox, Target(address.channel.channel, "", thread=address.thread))
 
         async def send(reply: Reply) -> None:
             await deliver(replace(reply, private=False) if reply.private else reply)
@@ -206,7 +210,7 @@ class SlackHandling:
     async def _handle(self, event: Event, target: Target, ts: str = "") -> None:
         """Gives the event to the bot's handler, the working reaction on ``ts`` meanwhile."""
         async with self._working(target.channel, ts):
-            await self.bot.handler.handle(event, self.outbox.sender(target))
+            await self.bot.handler.handle(event, SlackSend(self.outbox, target))
 
     # -- events ------------------------------------------------------------------------
 
@@ -282,7 +286,7 @@ class SlackHandling:
             label = (await self.people.get(author)).label if author else ""
             pinned = Pinned(origin, text=text, author=author, edited=True)
             grown = replace(translate.pin(pinned, person, text, "", label, thread_replies), grew=True)
-            await self.bot.handler.handle(grown, self.outbox.sender(target))
+            await self.bot.handler.handle(grown, SlackSend(self.outbox, target))
 
     # -- sources -------------------------------------------------------------------------
 
@@ -326,7 +330,7 @@ class SlackHandling:
                 await self.outbox.deliver(target, Reply(ReplyKind.ERROR, text, reference=reference))
                 return
             upload = translate.upload(origin, person, file, data)
-            await self.bot.handler.handle(upload, self.outbox.sender(target))
+            await self.bot.handler.handle(upload, SlackSend(self.outbox, target))
 
     async def _pinned(self, pinned: Pinned) -> None:
         if pinned.edited:
@@ -353,7 +357,7 @@ class SlackHandling:
             person = await self.people.get(origin.user)
             text, thread_replies = await self._pinned_text(pinned) if origin.thread_ts else (pinned.text, ())
             pin = translate.pin(pinned, person, text, "", person.label, thread_replies)
-            await self.bot.handler.handle(pin, self.outbox.sender(target))
+            await self.bot.handler.handle(pin, SlackSend(self.outbox, target))
         if pinned.is_reply:
             try:
                 messages = await slack_web.thread_messages(self.client, origin.channel, origin.thread_ts)
@@ -432,7 +436,7 @@ class SlackHandling:
 
     def _errors_only(self, target: Target) -> Send:
         """A ``send`` to ``target`` that posts error replies only (others are logged at debug level)."""
-        send = self.outbox.sender(target)
+        send = SlackSend(self.outbox, target)
 
         async def errors_only(reply: Reply) -> None:
             if reply.kind is ReplyKind.ERROR:

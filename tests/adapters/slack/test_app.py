@@ -26,8 +26,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import SlackRunning, run_slack
+from adapters.slack.outbox import Target
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
-from adapters.slack.web import People, Target
+from adapters.slack.web import People
 from bot import replies
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.coordination.deliveries import LocalLedger

@@ -20,7 +20,7 @@ import pytest
 
 from adapters.slack.app import SlackRunning
 from adapters.slack.blocks import render_reply
-from adapters.slack.web import STREAM_EVERY_S, UPDATE_EVERY_S
+from adapters.slack.sending import STREAM_EVERY_S, UPDATE_EVERY_S
 from bot import replies
 from bot.config import BotConfig, Config, LLMConfig, RateLimitConfig
 from bot.runtime import Assistant
