@@ -14,7 +14,10 @@
   and :mod:`adapters.slack.sending` — the ``send`` of an event, which can show an
   answer while it is written.
 * :mod:`adapters.slack.handling` — :class:`~adapters.slack.handling.SlackHandling`:
-  each acknowledged payload as background work for the bot.
+  each acknowledged payload read once, then taken as background work for the bot by
+  its flow: :mod:`~adapters.slack.question_flows`, :mod:`~adapters.slack.source_flows`
+  or :mod:`~adapters.slack.interaction_flows`, all working with
+  :class:`~adapters.slack.core.HandlingCore`.
 * :mod:`adapters.slack.listeners` — the ``AsyncApp``, its middleware and listeners.
 * :mod:`adapters.slack.app` — :func:`~adapters.slack.app.run_slack` with
   :class:`~adapters.slack.app.SlackAdapter`, the adapter ``python -m bot serve``
