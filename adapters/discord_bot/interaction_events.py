@@ -45,7 +45,7 @@ InteractionEvent = Command | Vote | Feedback | Refused | Unreadable
 
 
 def read_interaction(interaction: discord.Interaction, scope: Scope) -> InteractionEvent | None:
-    """The interaction as the client acts on it; see the module docstring. Never raises."""
+    """The interaction as the client acts on it; see the module docstring. Reads the interaction only."""
     data: Mapping[str, Any] = interaction.data or {}
     action: translate.ButtonAction | feedback_form.Submission | None
     if interaction.type is discord.InteractionType.modal_submit:
