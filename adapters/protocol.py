@@ -9,6 +9,14 @@ What an adapter may import: ``bot``'s public surface only (:mod:`bot.neutral` fo
 neutral types, :mod:`bot.runtime` for the facade, :mod:`bot.replies` for the texts,
 :mod:`bot.config` for its own settings, :mod:`bot.errors`), never ``raptor_engine``
 and never another platform's adapter. ``tests/test_architecture.py`` enforces it.
+
+Names: each platform's :class:`Adapter` is called ``<Platform>Adapter``
+(:class:`~adapters.slack.app.SlackAdapter`, :class:`~adapters.discord_bot.client.DiscordAdapter`,
+:class:`~adapters.console.app.ConsoleAdapter`), the one class the registry
+(:mod:`adapters.registry`; for the console, the composition root) builds. What it runs
+on the platform's side has a name saying what it is: :class:`~adapters.slack.handling.SlackHandling`
+(Slack's payloads, once bolt acknowledged them), :class:`~adapters.discord_bot.client.DiscordClient`
+(the discord.py client) and :class:`~adapters.console.app.ConsoleChannel` (the terminal as a channel).
 """
 
 from __future__ import annotations

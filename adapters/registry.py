@@ -1,9 +1,10 @@
 """The chat platforms the bot can serve, and which of them a configuration turns on.
 
-Adding a platform: write its adapter package under ``adapters/`` with one class that
-follows :class:`adapters.protocol.Adapter`, give it a section in :mod:`bot.config`,
-and add one :class:`Platform` line to :data:`PLATFORMS`. Each adapter is imported only
-when its platform is configured, so an unused SDK is never loaded.
+Adding a platform: write its adapter package under ``adapters/`` with one class
+(named ``<Platform>Adapter``) that follows :class:`adapters.protocol.Adapter`, give it
+a section in :mod:`bot.config`, and add one :class:`Platform` line to :data:`PLATFORMS`.
+Each adapter is imported only when its platform is configured, so an unused SDK is
+never loaded.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ class Platform:
 
 
 def _slack(config: Config) -> Adapter:
-    from adapters.slack.app import SlackPlatform
+    from adapters.slack.app import SlackAdapter
 
-    return SlackPlatform(config.slack)
+    return SlackAdapter(config.slack)
 
 
 def _discord(config: Config) -> Adapter:
-    from adapters.discord_bot.client import DiscordPlatform
+    from adapters.discord_bot.client import DiscordAdapter
 
-    return DiscordPlatform(config.discord)
+    return DiscordAdapter(config.discord)
 
 
 PLATFORMS = (

@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bench.common import (
     Article,
@@ -102,7 +102,7 @@ class Stage:
 
     fake: FakeDiscord
     bot: Assistant
-    client: RaptorClient
+    client: DiscordClient
     guild: dict[str, Any]
     asker: dict[str, Any]
     question_channels: list[str]
@@ -152,7 +152,7 @@ async def open_stage(engine: Engine, directory: Path, fake: FakeDiscord, guild: 
                          schedule=ScheduleConfig(enabled=False))
     bot = Assistant(Config(data_dir=directory, discord=discord, bot=settings), engine)
     await bot.start(warm_up=False)  # warmed up already
-    clients: list[RaptorClient] = []
+    clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))
     while not clients:
         await asyncio.sleep(0.01)

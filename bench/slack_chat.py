@@ -172,7 +172,7 @@ async def run_mode(engine: Engine, directory: Path, mode: str, asked: Sequence[t
                         await asyncio.sleep(0.01)  # the rebuild to start
                     busy = await ask_many(slack, bot, cycle[questions:], wave)
                     await bot.scheduler.wait_idle(key_of(REBUILD_CHANNEL))
-                await running.adapter.wait_idle()
+                await running.handling.wait_idle()
                 rebuilt = [p["text"] for p in slack.posts(REBUILD_CHANNEL) if "Rebuilt" in p["text"]]
     finally:
         await bot.stop()

@@ -126,7 +126,7 @@ async def slack_run(engine: Engine, directory: Path, stub: OpenAIStub, questions
                 firsts = calls("chat.startStream") + [c for c in calls("chat.postMessage")
                                                       if c.params.get("thread_ts") == asked["ts"]]
                 timings.append((min(c.at for c in firsts) - sent, finished.at - sent))
-                await running.adapter.wait_idle()
+                await running.handling.wait_idle()
     return timings
 
 
@@ -134,7 +134,7 @@ async def slack_run(engine: Engine, directory: Path, stub: OpenAIStub, questions
 
 
 async def discord_run(engine: Engine, directory: Path, stub: OpenAIStub, questions: Sequence[str]) -> list[Timing]:
-    from adapters.discord_bot.client import RaptorClient, run_discord
+    from adapters.discord_bot.client import DiscordClient, run_discord
     from adapters.discord_bot.translate import Place
 
     fake = FakeDiscord()
@@ -149,7 +149,7 @@ async def discord_run(engine: Engine, directory: Path, stub: OpenAIStub, questio
     timings = []
     try:
         async with started(bot_config(directory, stub, discord=discord), engine) as bot:
-            clients: list[RaptorClient] = []
+            clients: list[DiscordClient] = []
             task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))
             try:
                 while not clients:

@@ -270,10 +270,10 @@ def chosen_adapters(config: Config, stdin: TextIO, write: Callable[[str], None],
     """Every chat platform ``config`` has credentials for; the console (on ``stdin`` and
     ``write``, in ``channel``; a language model's answers printed as they come through
     ``write_partial``) when there is none."""
-    from adapters.console.app import ConsoleSession
+    from adapters.console.app import ConsoleAdapter
     from adapters.registry import configured_platforms
 
-    return configured_platforms(config) or [ConsoleSession(stdin, write, channel, write_partial)]
+    return configured_platforms(config) or [ConsoleAdapter(stdin, write, channel, write_partial)]
 
 
 async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str], None]) -> None:

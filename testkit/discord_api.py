@@ -347,6 +347,39 @@ def modal_submit_data(custom_id: str, values: Mapping[str, str]) -> dict[str, An
     }
 
 
+def interaction_payload(application_id: str, kind: int, channel: Mapping[str, Any], data: Mapping[str, Any], *,
+                        member: Mapping[str, Any] | None = None, permissions: int = 0,
+                        user: Mapping[str, Any] | None = None,
+                        message: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An INTERACTION_CREATE payload of ``kind`` (see the interaction types above) carrying ``data``,
+    from ``channel`` (a channel, thread or DM channel payload, whole or partial): by the guild
+    ``member`` with the ``permissions`` Discord resolved for them there when the channel has a
+    guild, else (a DM) by ``user``; ``message`` is the message holding a pressed button."""
+    guild_id = channel.get("guild_id")
+    payload: dict[str, Any] = {
+        "id": snowflake(),
+        "application_id": application_id,
+        "type": kind,
+        "token": f"token-{snowflake()}",
+        "version": 1,
+        "channel_id": channel["id"],
+        "channel": dict(channel),
+        "data": dict(data),
+        "app_permissions": str(EVERYONE_PERMISSIONS | MANAGE_MESSAGES | CREATE_PUBLIC_THREADS),
+        "locale": "en-US",
+        "entitlements": [],
+        "attachment_size_limit": 26214400,
+    }
+    if guild_id:
+        payload.update({"guild_id": str(guild_id), "member": {**(member or {}), "permissions": str(permissions)},
+                        "guild_locale": "en-US", "authorizing_integration_owners": {"0": str(guild_id)}, "context": 0})
+    else:
+        payload.update({"user": dict(user or {}), "context": 1})
+    if message is not None:
+        payload["message"] = dict(message)
+    return payload
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -934,32 +967,12 @@ class FakeDiscord:
     async def _interact(self, channel_id: str, member: Mapping[str, Any], kind: int, data: dict[str, Any],
                         message: Mapping[str, Any] | None = None) -> Interaction:
         channel = self.channels[channel_id]
-        guild_id = str(channel["guild_id"])
-        permissions = self.permissions(guild_id, member)  # no overwrites here: threads get the guild's too
-        token = f"token-{snowflake()}"
-        payload: dict[str, Any] = {
-            "id": snowflake(),
-            "application_id": self.application_id,
-            "type": kind,
-            "token": token,
-            "version": 1,
-            "guild_id": guild_id,
-            "channel_id": channel_id,
-            "channel": {k: channel[k] for k in ("id", "type", "guild_id", "name", "parent_id") if k in channel},
-            "member": {**member, "permissions": str(permissions)},
-            "data": data,
-            "app_permissions": str(EVERYONE_PERMISSIONS | MANAGE_MESSAGES | CREATE_PUBLIC_THREADS),
-            "locale": "en-US",
-            "guild_locale": "en-US",
-            "entitlements": [],
-            "authorizing_integration_owners": {"0": guild_id},
-            "context": 0,
-            "attachment_size_limit": 26214400,
-        }
-        if message is not None:
-            payload["message"] = dict(message)
-        record = Interaction(payload["id"], token, kind, channel_id, time.perf_counter())
-        self.interactions[token] = record
+        permissions = self.permissions(str(channel["guild_id"]), member)  # no overwrites here: threads get the guild's too
+        partial: dict[str, Any] = {k: channel[k] for k in ("id", "type", "guild_id", "name", "parent_id") if k in channel}
+        payload = interaction_payload(self.application_id, kind, partial, data, member=member, permissions=permissions,
+                                      message=message)
+        record = Interaction(payload["id"], payload["token"], kind, channel_id, time.perf_counter())
+        self.interactions[payload["token"]] = record
         record.dispatched_at = await self.dispatch("INTERACTION_CREATE", payload)
         return record
 

@@ -6,7 +6,7 @@ writes the replies through an injected ``write``; tree pictures are saved as
 PNG files and their path printed. Once started, the channel is the bot's courier for
 the console (platform ``"console"``): replies without an event (a rebuild's progress
 and result) are printed like any other, those for another console channel under its
-name. :class:`ConsoleSession` is the adapter ``python -m bot serve`` runs when no chat
+name. :class:`ConsoleAdapter` is the adapter ``python -m bot serve`` runs when no chat
 platform is configured.
 
 Given a ``write_partial`` (text printed as it is, without a line end), a language model's
@@ -249,9 +249,10 @@ class ConsoleDraft:
         await self._channel.send(reply)
 
 
-class ConsoleSession:
-    """The terminal in the shape the composition root serves (:class:`adapters.protocol.Adapter`):
-    one :class:`ConsoleChannel` reading ``stdin`` and writing through ``write``."""
+class ConsoleAdapter:
+    """The console adapter, the :class:`adapters.protocol.Adapter` the composition root builds when
+    no chat platform is configured: one :class:`ConsoleChannel` reading ``stdin`` and writing
+    through ``write``."""
 
     name = "the console"
     ends_on_its_own = True

@@ -3,7 +3,7 @@
 ``translate`` holds the pure translation of Discord's objects into neutral
 events, ``render`` the pure rendering of replies as messages within Discord's
 limits, ``sending`` posts them, ``connection`` keeps discord.py connected, and
-``client`` holds the discord.py client, :func:`run_discord` and :class:`DiscordPlatform`,
+``client`` holds the discord.py client, :func:`run_discord` and :class:`DiscordAdapter`,
 the adapter ``python -m bot serve`` runs when ``discord.token`` is set. The client is
 assembled from ``lifecycle`` (start-up, shutdown, failure reports), ``messages``
 (questions, follow-ups, uploads; ``uploads`` hands attachments over), ``pins`` and
@@ -12,6 +12,6 @@ assembled from ``lifecycle`` (start-up, shutdown, failure reports), ``messages``
 (Never name a module here ``discord``: it would shadow the SDK.)
 """
 
-from adapters.discord_bot.client import DiscordPlatform, RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordAdapter, DiscordClient, run_discord
 
-__all__ = ["DiscordPlatform", "RaptorClient", "run_discord"]
+__all__ = ["DiscordAdapter", "DiscordClient", "run_discord"]

@@ -1,11 +1,11 @@
-"""The Discord side: :class:`RaptorClient` feeding the bot's handler, and its runner.
+"""The Discord side: :class:`DiscordClient` feeding the bot's handler, and its runner.
 
 :func:`run_discord` is the entry point: it points discord.py at the configured
 endpoints (restored on exit), logs in, syncs the ``/raptor`` command (name from
 ``discord.command``) and stays connected until cancelled, then closes.
-:class:`DiscordPlatform` is the same, in the shape the composition root serves.
+:class:`DiscordAdapter`, the :class:`~adapters.protocol.Adapter` the registry builds, runs it.
 
-:class:`RaptorClient` is assembled from one part per kind of Discord event, each in a
+:class:`DiscordClient` is assembled from one part per kind of Discord event, each in a
 module of its own (with the translation itself in :mod:`~adapters.discord_bot.translate`,
 the messages in :mod:`~adapters.discord_bot.render`, sending them in
 :mod:`~adapters.discord_bot.sending`, keeping the connection up in
@@ -15,7 +15,8 @@ the messages in :mod:`~adapters.discord_bot.render`, sending them in
 * :mod:`~adapters.discord_bot.messages` — questions, follow-ups and uploads;
 * :mod:`~adapters.discord_bot.pins` — pinned messages as sources;
 * :mod:`~adapters.discord_bot.interactions` — slash commands, buttons, autocomplete,
-  with the command group declared in :mod:`~adapters.discord_bot.slash_command`.
+  with the command group declared in :mod:`~adapters.discord_bot.slash_command` and
+  button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`.
 
 A private thread is a channel of its own (:attr:`translate.Place.key`): its files and
 pins never reach its parent channel's tree, and questions there are answered from its
@@ -31,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adapters.discord_bot.connection import discord_endpoints, stay_connected
-from adapters.discord_bot.interactions import InteractionHandling, interaction_manager, interaction_place
+from adapters.discord_bot.interaction_events import interaction_manager, interaction_place
+from adapters.discord_bot.interactions import InteractionHandling
 from adapters.discord_bot.lifecycle import intents
 from adapters.discord_bot.messages import MessageHandling, place_manager
 from adapters.discord_bot.pins import PinHandling
@@ -41,12 +43,12 @@ from bot.errors import ConfigError
 from bot.runtime import Assistant
 
 __all__ = [
-    "DiscordPlatform", "RaptorClient", "command_group", "command_name", "intents", "interaction_manager",
+    "DiscordAdapter", "DiscordClient", "command_group", "command_name", "intents", "interaction_manager",
     "interaction_place", "place_manager", "run_discord",
 ]
 
 
-class RaptorClient(InteractionHandling, PinHandling, MessageHandling):
+class DiscordClient(InteractionHandling, PinHandling, MessageHandling):
     """The Discord client of one :class:`~bot.runtime.Assistant`; see the module docstring."""
 
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
@@ -56,7 +58,7 @@ class RaptorClient(InteractionHandling, PinHandling, MessageHandling):
 
 
 async def run_discord(bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0,
-                      on_client: Callable[[RaptorClient], object] | None = None) -> None:
+                      on_client: Callable[[DiscordClient], object] | None = None) -> None:
     """Runs the bot on Discord until cancelled, then closes the client (the bot itself is the
     caller's to stop). ``on_client`` receives the client before it logs in (tests and
     benchmarks wait on it). Raises ``ConfigError`` without a token, ``discord.LoginFailure``
@@ -66,7 +68,7 @@ async def run_discord(bot: Assistant, config: DiscordConfig, *, guild_ready_time
     if not token:
         raise ConfigError("discord.token is not set")
     with discord_endpoints(config.api_base_url, config.gateway_url):
-        client = RaptorClient(bot, config, guild_ready_timeout=guild_ready_timeout)
+        client = DiscordClient(bot, config, guild_ready_timeout=guild_ready_timeout)
         if on_client is not None:
             on_client(client)
         try:
@@ -76,8 +78,9 @@ async def run_discord(bot: Assistant, config: DiscordConfig, *, guild_ready_time
             await client.close()
 
 
-class DiscordPlatform:
-    """The Discord adapter in the shape the composition root serves (:class:`adapters.protocol.Adapter`)."""
+class DiscordAdapter:
+    """The Discord adapter, the :class:`adapters.protocol.Adapter` the registry builds: serves a
+    started bot with :func:`run_discord`."""
 
     name = "Discord"
     ends_on_its_own = False

@@ -1,12 +1,13 @@
 """The form a 👎 under an answer opens on Discord: building the modal and reading its submission.
 
 Pure translation, no I/O: :func:`form_for` builds the :class:`discord.ui.Modal` the
-button press is answered with, :func:`read_submission` turns the ``data`` of the
-MODAL_SUBMIT interaction that comes back into a :class:`Submission` (None when it is
-not well formed), and :func:`feedback_event` makes the neutral
-:class:`~bot.neutral.Feedback` of it. The client
-(:meth:`~adapters.discord_bot.interactions.InteractionHandling.on_interaction`) does the
-sending and the handling.
+button press is answered with, :func:`parse_submission` turns the ``data`` of the
+MODAL_SUBMIT interaction that comes back into a :class:`Submission` (an
+:class:`Unreadable` when it is not well formed, None when it is no form of the bot's),
+and :func:`feedback_event` makes the neutral :class:`~bot.neutral.Feedback` of it.
+:func:`~adapters.discord_bot.interaction_events.read_interaction` puts these together;
+the client (:meth:`~adapters.discord_bot.interactions.InteractionHandling.on_interaction`)
+does the sending and the handling.
 
 Why the answer id travels in the modal's custom id (``raptor:feedback:<answer id>``),
 and not on a Modal object waiting for its ``on_submit``: discord.py dispatches a submit
@@ -24,7 +25,6 @@ input's label at most 45, a text input's value at most 4,000.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +33,6 @@ import discord
 
 from adapters.discord_bot.translate import CUSTOM_ID_LIMIT, CUSTOM_ID_PREFIX, Place
 from bot.neutral import Feedback, Person
-
-log = logging.getLogger(__name__)
 
 FORM_KIND = "feedback"
 FORM_PREFIX = f"{CUSTOM_ID_PREFIX}:{FORM_KIND}:"
@@ -96,9 +94,18 @@ def form_for(answer_id: str) -> discord.ui.Modal | None:
     return modal
 
 
-def read_submission(data: Mapping[str, Any]) -> Submission | None:
-    """The submission in a MODAL_SUBMIT interaction's ``data``; None when it is not a
-    well-formed submission of the bot's form (logged: it is dropped, never raised).
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A submission of the bot's form that is not well formed: ``problem`` says what is wrong
+    with it (the client drops it with a log line saying so)."""
+
+    problem: str
+
+
+def parse_submission(data: Mapping[str, Any]) -> Submission | Unreadable | None:
+    """The submission in a MODAL_SUBMIT interaction's ``data``; None when it is no submission
+    of the bot's form (another custom id), :class:`Unreadable` when it is one but not well
+    formed. Never raises.
 
     Well formed: the custom id is the form's with an answer id; ``components`` is a list
     of action rows (or labels) holding text inputs, each with a string ``custom_id`` and
@@ -106,17 +113,14 @@ def read_submission(data: Mapping[str, Any]) -> Submission | None:
     count as empty (both inputs are optional)."""
     custom_id = data.get("custom_id")
     if not isinstance(custom_id, str) or not is_form_custom_id(custom_id):
-        log.warning("dropped a form submission with an unknown custom id %.120r", custom_id)
         return None
     answer_id = custom_id.removeprefix(FORM_PREFIX)
     if not answer_id or len(custom_id) > CUSTOM_ID_LIMIT:
-        log.warning("dropped a feedback form submission naming no answer (custom id %.120r)", custom_id)
-        return None
+        return Unreadable(f"a feedback form submission naming no answer (custom id {repr(custom_id)[:120]})")
     values = _input_values(data.get("components"))
     if values is None:
-        log.warning("dropped a garbled feedback form submission on answer %s: components %.200r",
-                    answer_id, data.get("components"))
-        return None
+        components = repr(data.get("components"))[:200]
+        return Unreadable(f"a garbled feedback form submission on answer {answer_id}: components {components}")
     return Submission(answer_id, values.get(REASON_ID, "").strip(), values.get(CORRECTION_ID, "").strip())
 
 

@@ -1,13 +1,16 @@
 """Discord interactions: the ``/raptor`` subcommands, the buttons under answers, and
 the ``forget`` autocomplete.
 
-Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+Contract (:class:`InteractionHandling`, a part of :class:`~adapters.discord_bot.client.DiscordClient`):
 
 * every slash command is deferred at once (Discord allows 3 s) and answered by
   follow-ups; private replies are ephemeral;
 * the buttons (a summary's node, 👍/👎) carry all they need in their custom ids and
   are handled in ``on_interaction``, so they keep working after a restart; their
-  replies are shown to the presser only;
+  replies are shown to the presser only. A press (or a form's submission) is read once,
+  place, person and action together, into its neutral event
+  (:func:`~adapters.discord_bot.interaction_events.read_interaction`), then claimed and
+  acted on;
 * 👎 is answered with the feedback form (a modal; it must be the interaction's first
   response, so nothing is deferred before it), then the 👎 is recorded, whether or not
   the form is ever submitted (the vote's own thanks is not shown: a modal leaves no
@@ -29,19 +32,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from contextlib import suppress
-from typing import Any
 
 import discord
 from discord import app_commands
 
-from adapters.discord_bot import feedback_form, render, translate
+from adapters.discord_bot import feedback_form, render
+from adapters.discord_bot.feedback_form import Unreadable
+from adapters.discord_bot.interaction_events import (
+    InteractionEvent,
+    Refused,
+    interaction_person,
+    interaction_place,
+    read_interaction,
+)
 from adapters.discord_bot.lifecycle import ClientCore, interaction_key
 from adapters.discord_bot.sending import InteractionSend
-from adapters.discord_bot.translate import Place
 from bot.errors import log_failure
-from bot.neutral import Command, Event, Person, Reply, ReplyKind
+from bot.neutral import Command, Event, Feedback, Reply, ReplyKind, Vote
 from bot.replies import source_choice_text
 
 log = logging.getLogger(__name__)
@@ -65,7 +73,7 @@ class InteractionHandling(ClientCore):
             if not await send.defer(thinking=True, ephemeral=False):
                 return
             self._count_ack(interaction)
-            person = translate.person_of(interaction.user, interaction_manager(interaction, place))
+            person = interaction_person(interaction, place)
             try:
                 await self.raptor.handler.handle(Command(place.key, person, name, argument, place.thread), send)
             except Exception:  # noqa: BLE001 (reported with a reference, never silent)
@@ -75,52 +83,49 @@ class InteractionHandling(ClientCore):
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """Presses on the bot's buttons (component interactions) and submissions of its feedback
-        form (modal submits); slash commands go through the tree."""
-        if interaction.type is discord.InteractionType.modal_submit:
-            await self._form_submitted(interaction)
-            return
-        if interaction.type is not discord.InteractionType.component:
-            return
-        data: Mapping[str, Any] = interaction.data or {}
-        action = translate.parse_custom_id(str(data.get("custom_id", "")))
-        if action is None:
+        form (modal submits), read once (:func:`~adapters.discord_bot.interaction_events.read_interaction`),
+        then claimed and acted on; slash commands go through the tree."""
+        event = read_interaction(interaction, self.scope)
+        if event is None:
             return
         if not await self.raptor.first_delivery(interaction_key(interaction)):
-            return  # another front-end answers it
+            return  # another front-end answers it (and logs it, if it is garbled)
         with self._tracked():
-            place = interaction_place(interaction)
-            if not self.scope.allows(place):
-                await _refuse_here(interaction)
-                return
-            if isinstance(action, translate.CastVote) and not action.up:
-                form = feedback_form.form_for(action.answer_id)
-                if form is not None:  # always, as the form's id is shorter than the button's
-                    await self._open_form(interaction, form, action, place)
-                    return
-            # Opening a node takes a moment: show "thinking". A vote is silent until the handler speaks.
-            await self._answer_privately(interaction, place, isinstance(action, translate.OpenNode),
-                                         lambda person: translate.button_event(action, place, person),
-                                         "handling a button press")
+            await self._act_on(interaction, event)
 
-    async def _answer_privately(self, interaction: discord.Interaction, place: Place, thinking: bool,
-                                event_for: Callable[[Person], Event], what: str) -> None:
-        """Defers ``interaction`` privately (``thinking`` shows "thinking"), hands the handler the
-        event ``event_for`` makes of the person, and answers only them; a failure is reported
-        with a reference (``what`` names the work), never raised."""
+    async def _act_on(self, interaction: discord.Interaction, event: InteractionEvent) -> None:
+        """Refuses, drops (logged), opens the feedback form for a 👎, or hands the event to the handler."""
+        if isinstance(event, Refused):
+            await _refuse_here(interaction)
+            return
+        if isinstance(event, Unreadable):
+            log.warning("dropped %s", event.problem)
+            return
+        if isinstance(event, Vote) and not event.up:
+            form = feedback_form.form_for(event.answer_id)
+            if form is not None:  # always, as the form's id is shorter than the button's
+                await self._open_form(interaction, form, event)
+                return
+        await self._answer_privately(interaction, event)
+
+    async def _answer_privately(self, interaction: discord.Interaction, event: Event) -> None:
+        """Defers ``interaction`` privately, hands the handler ``event`` and answers only the
+        person; a failure is reported with a reference, never raised. Opening a node and
+        taking in a form take a moment: they show "thinking"; a vote is silent until the
+        handler speaks."""
         send = InteractionSend(self, interaction, always_private=True)
-        if not await send.defer(thinking=thinking, ephemeral=True):
+        if not await send.defer(thinking=not isinstance(event, Vote), ephemeral=True):
             return
         self._count_ack(interaction)
-        person = translate.person_of(interaction.user, interaction_manager(interaction, place))
         try:
-            await self.raptor.handler.handle(event_for(person), send)
+            await self.raptor.handler.handle(event, send)
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
+            what = "handling a feedback form" if isinstance(event, Feedback) else "handling a button press"
             await self._failed(what, send)
         finally:
             await send.finish()
 
-    async def _open_form(self, interaction: discord.Interaction, form: discord.ui.Modal,
-                         vote: translate.CastVote, place: Place) -> None:
+    async def _open_form(self, interaction: discord.Interaction, form: discord.ui.Modal, vote: Vote) -> None:
         """A 👎: answers the press with the feedback form, then records the 👎 (a form
         dismissed unsubmitted still counts it). Never raises: a failure is logged."""
         try:
@@ -130,33 +135,10 @@ class InteractionHandling(ClientCore):
             log_failure(log, "opening the feedback form for interaction %s failed (reference %s)", interaction.id)
         else:
             self._count_ack(interaction)
-        person = translate.person_of(interaction.user, interaction_manager(interaction, place))
         try:
-            await self.raptor.handler.handle(translate.button_event(vote, place, person), _not_shown)
+            await self.raptor.handler.handle(vote, _not_shown)
         except Exception:  # noqa: BLE001 (logged with a reference; the form is open already)
             log_failure(log, "recording the 👎 of interaction %s failed (reference %s)", interaction.id)
-
-    async def _form_submitted(self, interaction: discord.Interaction) -> None:
-        """A submitted feedback form: a :class:`~bot.neutral.Feedback` for the handler, answered
-        privately after a "thinking" defer (a right answer is ingested before the reply). One
-        that is not well formed is logged and dropped; a modal that is not the bot's is ignored."""
-        data: Mapping[str, Any] = interaction.data or {}
-        custom_id = data.get("custom_id")
-        if not isinstance(custom_id, str) or not feedback_form.is_form_custom_id(custom_id):
-            return
-        if not await self.raptor.first_delivery(interaction_key(interaction)):
-            return  # another front-end answers it (and logs it, if it is garbled)
-        with self._tracked():
-            submission = feedback_form.read_submission(data)
-            if submission is None:
-                return
-            place = interaction_place(interaction)
-            if not self.scope.allows(place):
-                await _refuse_here(interaction)
-                return
-            await self._answer_privately(interaction, place, True,
-                                         lambda person: feedback_form.feedback_event(submission, place, person),
-                                         "handling a feedback form")
 
     def _count_ack(self, interaction: discord.Interaction) -> None:
         """Counts the time from the interaction's creation (its snowflake) to its acknowledgement."""
@@ -182,22 +164,6 @@ class InteractionHandling(ClientCore):
             name = source_choice_text(source, CHOICE_NAME_LIMIT)
             choices.append(app_commands.Choice(name=name, value=source.id))
         return choices[:AUTOCOMPLETE_CHOICES]
-
-
-# -- places and permissions -------------------------------------------------------------------
-
-
-def interaction_place(interaction: discord.Interaction) -> Place:
-    """The place of an interaction (its channel, or its ids when the channel is unknown)."""
-    if interaction.channel is not None:
-        return translate.place_of(interaction.channel, interaction.guild_id)
-    return Place(interaction.guild_id, int(interaction.channel_id or 0))
-
-
-def interaction_manager(interaction: discord.Interaction, place: Place) -> bool:
-    """Manage Messages in the channel, as Discord resolved it for the interaction. In a DM
-    the person is the only one there, so the channel is theirs to manage."""
-    return place.guild_id is None or interaction.permissions.manage_messages
 
 
 async def _not_shown(reply: Reply) -> None:

@@ -1,6 +1,6 @@
 """The life cycle of the bot's discord.py client, and what every part of it shares.
 
-:class:`ClientCore` is the base of :class:`~adapters.discord_bot.client.RaptorClient`;
+:class:`ClientCore` is the base of :class:`~adapters.discord_bot.client.DiscordClient`;
 the parts that handle Discord's events (:mod:`~adapters.discord_bot.messages`,
 :mod:`~adapters.discord_bot.pins`, :mod:`~adapters.discord_bot.interactions`) build
 on it. Contract:

@@ -1,6 +1,6 @@
 """Discord messages: questions, follow-ups in threads, and files to learn from.
 
-Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.client.DiscordClient`):
 
 * a message that mentions the bot (or any DM) is a question, answered as a reply, or
   in a new thread with ``discord.reply_in_thread``; a lone "help" is the help command;

@@ -1,6 +1,6 @@
 """Discord pins: a channel's pinned messages kept in step with the sources learned from them.
 
-Contract (:class:`PinHandling`, a part of :class:`~adapters.discord_bot.client.RaptorClient`):
+Contract (:class:`PinHandling`, a part of :class:`~adapters.discord_bot.client.DiscordClient`):
 on a change of a channel's pins, the pinned messages are compared with the
 pinned-message sources the bot holds for that channel; new pins are added (their
 files, and their text with the thread they start, if any) and unpinned ones removed.

@@ -1,13 +1,13 @@
-"""Running the Slack adapter: :func:`run_slack`, and :class:`SlackPlatform` for the
+"""Running the Slack adapter: :func:`run_slack`, and :class:`SlackAdapter` for the
 composition root.
 
 :func:`run_slack` checks the bot token (``auth.test``), builds the
-:class:`~adapters.slack.handling.SlackAdapter` and the ``AsyncApp``
+:class:`~adapters.slack.handling.SlackHandling` and the ``AsyncApp``
 (:func:`~adapters.slack.listeners.build_app`), then serves in ``slack.mode``: Socket
 Mode (the app token is checked first; the session is watched by
 :mod:`~adapters.slack.watchdog`), or HTTP mode behind an aiohttp server with a
 health check at :data:`HEALTH_PATH`. Once it receives events it registers the
-adapter's courier with the bot (platform ``"slack"``), so replies without an event (a
+handling's courier with the bot (platform ``"slack"``), so replies without an event (a
 rebuild run by a worker process) can be posted. It runs until cancelled, then stops receiving,
 lets the events being worked on finish, and closes its connections.
 
@@ -36,7 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.loop_watchdog import LoopWatchdog
 from adapters.slack import web as slack_web
-from adapters.slack.handling import DRAIN_TIMEOUT_S, MAX_CONCURRENT_EVENTS, SlackAdapter
+from adapters.slack.handling import DRAIN_TIMEOUT_S, MAX_CONCURRENT_EVENTS, SlackHandling
 from adapters.slack.listeners import build_app
 from adapters.slack.translate import PLATFORM, BotIdentity
 from adapters.slack.watchdog import SocketWatchdog
@@ -46,7 +46,7 @@ from bot.runtime import Assistant
 
 __all__ = [
     "API_TIMEOUT_S", "DRAIN_TIMEOUT_S", "HEALTH_PATH", "MAX_CONCURRENT_EVENTS", "RATE_LIMIT_RETRIES",
-    "ClientFactory", "SlackAdapter", "SlackPlatform", "SlackRunning",
+    "ClientFactory", "SlackAdapter", "SlackHandling", "SlackRunning",
     "build_app", "default_client", "fetch_identity", "run_slack",
 ]
 
@@ -73,10 +73,10 @@ def default_client(config: SlackConfig, session: aiohttp.ClientSession | None = 
 
 @dataclass(frozen=True, slots=True)
 class SlackRunning:
-    """What :func:`run_slack` tells ``on_ready``: the adapter, the mode, and in HTTP mode the
-    URL Slack must be configured to post to (``http://host:port/path``)."""
+    """What :func:`run_slack` tells ``on_ready``: the :class:`SlackHandling` of the payloads, the
+    mode, and in HTTP mode the URL Slack must be configured to post to (``http://host:port/path``)."""
 
-    adapter: SlackAdapter
+    handling: SlackHandling
     mode: str
     url: str = ""
 
@@ -119,19 +119,19 @@ async def run_slack(
         client = factory(config, session)
         identity = await fetch_identity(client)
         log.info("Slack: the bot is %s in team %s", identity.user_id, identity.team_id)
-        adapter = SlackAdapter(bot, config, client, session, identity, max_concurrency)
-        app = build_app(adapter, config)
+        handling = SlackHandling(bot, config, client, session, identity, max_concurrency)
+        app = build_app(handling, config)
         try:
             if config.mode == "http":
-                await _serve_http(app, adapter, config, on_ready)
+                await _serve_http(app, handling, config, on_ready)
             else:
-                await _serve_socket(app, adapter, config, on_ready)
+                await _serve_socket(app, handling, config, on_ready)
         finally:
-            await adapter.drain(drain_timeout_s)
+            await handling.drain(drain_timeout_s)
 
 
 async def _serve_socket(
-    app: AsyncApp, adapter: SlackAdapter, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
+    app: AsyncApp, handling: SlackHandling, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
 ) -> None:
     """Socket Mode, watched (unless ``slack.socket_watchdog_s`` is 0) by a
     :class:`~adapters.slack.watchdog.SocketWatchdog`, with the event loop watched for blocks
@@ -140,15 +140,15 @@ async def _serve_socket(
     handler = AsyncSocketModeHandler(app, app_token=token)
     watchdog = None
     if config.socket_watchdog_s > 0:
-        watchdog = SocketWatchdog(handler.client, adapter.client, adapter.bot.metrics, config.socket_watchdog_s)
+        watchdog = SocketWatchdog(handler.client, handling.client, handling.bot.metrics, config.socket_watchdog_s)
     watching: asyncio.Task[None] | None = None
-    loop_watchdog = LoopWatchdog.acquire(adapter.bot.metrics)
+    loop_watchdog = LoopWatchdog.acquire(handling.bot.metrics)
     try:
         if watchdog is not None:
             await watchdog.install()  # before connecting: it times the frames of every socket
         # Asked here rather than by the handler, which would retry a refused token forever.
         try:
-            opened = await adapter.client.apps_connections_open(app_token=token)
+            opened = await handling.client.apps_connections_open(app_token=token)
         except SlackApiError as exc:
             code = slack_web.error_code(exc)
             raise BotError(f"Slack refused slack.app_token ({code}); it must be an xapp- token with "
@@ -158,7 +158,7 @@ async def _serve_socket(
         log.info("Slack: connected in Socket Mode")
         if watchdog is not None:
             watching = asyncio.create_task(watchdog.run(), name="slack-socket-watchdog")
-        _serving(adapter, SlackRunning(adapter, "socket"), on_ready)
+        _serving(handling, SlackRunning(handling, "socket"), on_ready)
         await asyncio.Event().wait()  # until cancelled
     finally:
         if watching is not None:
@@ -170,7 +170,7 @@ async def _serve_socket(
 
 
 async def _serve_http(
-    app: AsyncApp, adapter: SlackAdapter, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
+    app: AsyncApp, handling: SlackHandling, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
 ) -> None:
     async def events(request: web.Request) -> web.Response:
         response = await app.async_dispatch(await to_bolt_request(request))
@@ -190,15 +190,15 @@ async def _serve_http(
         host, port = _bound_address(runner, config)
         url = f"http://{host}:{port}{config.http_path}"
         log.info("Slack: HTTP mode, listening on %s", url)
-        _serving(adapter, SlackRunning(adapter, "http", url), on_ready)
+        _serving(handling, SlackRunning(handling, "http", url), on_ready)
         await asyncio.Event().wait()  # until cancelled
     finally:
         await runner.cleanup()
 
 
-def _serving(adapter: SlackAdapter, running: SlackRunning, on_ready: Callable[[SlackRunning], None] | None) -> None:
+def _serving(handling: SlackHandling, running: SlackRunning, on_ready: Callable[[SlackRunning], None] | None) -> None:
     """The app receives events: the bot may post through it, and ``on_ready`` hears of it."""
-    adapter.bot.add_courier(PLATFORM, adapter.courier)
+    handling.bot.add_courier(PLATFORM, handling.courier)
     if on_ready is not None:
         on_ready(running)
 
@@ -210,8 +210,9 @@ def _bound_address(runner: web.AppRunner, config: SlackConfig) -> tuple[str, int
     return config.http_host, config.http_port
 
 
-class SlackPlatform:
-    """The Slack adapter in the shape the composition root serves (:class:`adapters.protocol.Adapter`)."""
+class SlackAdapter:
+    """The Slack adapter, the :class:`adapters.protocol.Adapter` the registry builds: serves a
+    started bot with :func:`run_slack`."""
 
     name = "Slack"
     ends_on_its_own = False

@@ -2,15 +2,21 @@
 
 Contract: every action id of ours starts with :data:`ACTION_PREFIX` (the app listens to
 that prefix only); a button's value carries all it needs (a node id, an answer id), so a
-click works after a restart. Anything else (another app's action, no value) gives None.
-A 👎 is a :class:`Vote` like a 👍, and also opens the feedback form (:func:`down_vote`
-tells which answer; the form itself is :mod:`adapters.slack.feedback_form`).
+click works after a restart. A ``block_actions`` payload is read once (:func:`read_click`)
+into a :class:`Click`: where and by whom, which button, and how to answer; anything else
+(another app's action, no value, no channel) gives None. The click's event needs the
+person, whom Slack names by id only (the adapter looks them up, then calls
+:meth:`Click.event`). A 👎 is a :class:`Vote` like a 👍, and also opens the feedback form
+(:attr:`Click.form_answer` tells which answer; the form itself is
+:mod:`adapters.slack.feedback_form`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from adapters.slack.payload import Origin, Payload, as_list, as_mapping, as_text
-from bot.commands import parse_command
+from bot.commands import NODE, parse_command
 from bot.neutral import Command, Person, Vote
 
 ACTION_NODE = "raptor_node"  # button on a summary citation: its value is the node id
@@ -30,6 +36,46 @@ def command(body: Payload, person: Person, thread: str = "") -> Command:
     return Command(slash_origin(body).key, person, name, argument, thread=thread)
 
 
+@dataclass(frozen=True, slots=True)
+class Click:
+    """A click on one of the bot's buttons, read once: where and by whom (``origin``: the
+    message holding the button, that message's thread, the user id), which button
+    (``action_id``, one of ours) and its ``value`` (a node id or an answer id), and how to
+    answer it: ``response_url``, and ``trigger_id`` (good for 3 s) to open a form."""
+
+    origin: Origin
+    action_id: str
+    value: str
+    response_url: str = ""
+    trigger_id: str = ""
+
+    @property
+    def form_answer(self) -> str:
+        """The answer id of a 👎 (the answer its feedback form is about); empty for any other button."""
+        return self.value if self.action_id == ACTION_VOTE_DOWN else ""
+
+    def event(self, person: Person) -> Command | Vote:
+        """The event the click stands for, by ``person`` (who ``origin.user`` is): a summary's
+        ``node`` command (its children shown in the answer's thread), or a vote on an answer."""
+        if self.action_id == ACTION_NODE:
+            return Command(self.origin.key, person, NODE, self.value, thread=self.origin.thread_ts)
+        return Vote(self.origin.key, person, self.value, up=self.action_id == ACTION_VOTE_UP)
+
+
+def read_click(body: Payload) -> Click | None:
+    """The click on one of our buttons in a ``block_actions`` payload; None for anything else
+    (another app's action, a button without a value, a click nowhere)."""
+    origin = action_origin(body)
+    if not origin.channel:
+        return None
+    for raw in as_list(body.get("actions")):
+        action = as_mapping(raw)
+        action_id, value = as_text(action.get("action_id")), as_text(action.get("value")).strip()
+        if value and action_id in (ACTION_NODE, ACTION_VOTE_UP, ACTION_VOTE_DOWN):
+            return Click(origin, action_id, value, as_text(body.get("response_url")), as_text(body.get("trigger_id")))
+    return None
+
+
 def action_origin(body: Payload) -> Origin:
     """Where a button was clicked: the message holding it and that message's thread."""
     container = as_mapping(body.get("container"))
@@ -43,33 +89,3 @@ def action_origin(body: Payload) -> Origin:
         ts=as_text(message.get("ts")) or as_text(container.get("message_ts")),
         thread_ts=as_text(message.get("thread_ts")) or as_text(container.get("thread_ts")),
     )
-
-
-def action_event(body: Payload, person: Person) -> Command | Vote | None:
-    """The event a click on one of our buttons stands for: a summary's ``node`` command
-    (its children shown in the answer's thread), or a vote on an answer. None for
-    anything else (another app's action, no value)."""
-    origin = action_origin(body)
-    for raw in as_list(body.get("actions")):
-        action = as_mapping(raw)
-        action_id, value = as_text(action.get("action_id")), as_text(action.get("value")).strip()
-        if not value or not origin.channel:
-            continue
-        if action_id == ACTION_NODE:
-            return Command(origin.key, person, "node", value, thread=origin.thread_ts)
-        if action_id in (ACTION_VOTE_UP, ACTION_VOTE_DOWN):
-            return Vote(origin.key, person, value, up=action_id == ACTION_VOTE_UP)
-    return None
-
-
-def down_vote(body: Payload) -> str:
-    """The answer id of a 👎 click in ``body`` (the answer its feedback form is about); empty
-    for any other click, or one without a value or a channel (which :func:`action_event`
-    ignores too)."""
-    if not action_origin(body).channel:
-        return ""
-    for raw in as_list(body.get("actions")):
-        action = as_mapping(raw)
-        if as_text(action.get("action_id")) == ACTION_VOTE_DOWN:
-            return as_text(action.get("value")).strip()
-    return ""

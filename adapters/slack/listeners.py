@@ -1,17 +1,17 @@
 """slack-bolt's ``AsyncApp`` for the bot: its middleware and its listeners.
 
-How a request reaches the adapter (:func:`build_app` wires it):
+How a request reaches :class:`~adapters.slack.handling.SlackHandling` (:func:`build_app` wires it):
 
 1. bolt receives it: a Socket Mode envelope, or (HTTP mode) a POST whose ``v0``
    signature and timestamp bolt verifies (a bad or more than 5 minutes old one
    gets 401, and nothing runs);
-2. a global middleware asks :meth:`~adapters.slack.handling.SlackAdapter.first_delivery`
+2. a global middleware asks :meth:`~adapters.slack.handling.SlackHandling.first_delivery`
    and drops an Events API delivery seen already, by this replica or another (Slack's
    retries, told by ``X-Slack-Retry-Num``), with a bare 200;
 3. the listener acknowledges at once (bolt acks events before the listener runs;
    slash commands, clicks and form submissions call ``ack()`` first — an empty
    acknowledgement of a ``view_submission`` closes the modal) and hands the payload to
-   the adapter, which starts a background task and returns.
+   the handling, which starts a background task and returns.
 
 The signing secret comes only from :class:`~bot.config.SlackConfig`: bolt is given it
 explicitly (empty in Socket Mode), so its environment fallback never applies.
@@ -32,7 +32,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from adapters.slack import translate
-from adapters.slack.handling import SlackAdapter
+from adapters.slack.handling import SlackHandling
 from bot.config import SlackConfig
 
 
@@ -49,8 +49,8 @@ class _ClientTokenNotice(logging.Filter):
         return record.getMessage() != warning_client_prioritized_and_token_skipped()
 
 
-def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
-    """The ``AsyncApp`` with the adapter's middleware and listeners. HTTP mode verifies
+def build_app(handling: SlackHandling, config: SlackConfig) -> AsyncApp:
+    """The ``AsyncApp`` with the middleware and listeners of ``handling``. HTTP mode verifies
     request signatures with the configured secret; Socket Mode needs none."""
     http = config.mode == "http"
     bolt_log = get_bolt_logger(AsyncApp)
@@ -58,7 +58,7 @@ def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
         bolt_log.addFilter(_ClientTokenNotice())
     app = AsyncApp(
         name="raptor",
-        client=adapter.client,
+        client=handling.client,
         # Explicit even when empty, so bolt never falls back to SLACK_SIGNING_SECRET.
         signing_secret=config.signing_secret.get_secret_value() if http else "",
         request_verification_enabled=http,
@@ -70,28 +70,28 @@ def build_app(adapter: SlackAdapter, config: SlackConfig) -> AsyncApp:
         retry = (request.headers.get("x-slack-retry-num") or [""])[0]
         retry = "" if retry == "0" else retry  # Socket Mode says 0 for a first delivery
         started = time.perf_counter()
-        if not await adapter.first_delivery(body, retry):
+        if not await handling.first_delivery(body, retry):
             return BoltResponse(status=200, body="")
         try:
             return await next()  # type: ignore[func-returns-value]
         finally:
             # Listeners only start work and acknowledge: this is the time to Slack's acknowledgement.
-            adapter.bot.metrics.observe_ack("slack", time.perf_counter() - started)
+            handling.bot.metrics.observe_ack("slack", time.perf_counter() - started)
 
     async def on_event(body: dict[str, Any]) -> None:
-        adapter.on_event(body)
+        handling.on_event(body)
 
     async def on_command(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
         await ack()
-        adapter.on_command(body)
+        handling.on_command(body)
 
     async def on_action(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
         await ack()
-        adapter.on_action(body)
+        handling.on_action(body)
 
     async def on_view(ack: Callable[..., Coroutine[Any, Any, None]], body: dict[str, Any]) -> None:
-        await ack()  # closes the modal at once; the adapter drops (and logs) a submission it cannot read
-        adapter.on_view(body)
+        await ack()  # closes the modal at once; the handling drops (and logs) a submission it cannot read
+        handling.on_view(body)
 
     app.middleware(drop_repeats)
     for event_type in ("app_mention", "message", "file_shared", "pin_added", "pin_removed"):

@@ -14,7 +14,7 @@ re-exported here unchanged:
 * :mod:`adapters.slack.threads` — reading a thread: whether the bot answered there
   (:data:`ANSWER_BLOCK`), a follow-up's context, a pinned thread;
 * :mod:`adapters.slack.interactions` — slash commands and button clicks
-  (:func:`command`, :func:`action_event`, :func:`down_vote`);
+  (:func:`command`, :func:`read_click` into a :class:`Click`);
 * :mod:`adapters.slack.feedback_form` — the form a 👎 opens (:func:`feedback_view`) and its
   submission (:func:`submission`, :func:`feedback`);
 * :mod:`adapters.slack.files` — :class:`SlackFile`, :func:`upload`, Slack's sign-in page;
@@ -49,10 +49,10 @@ from adapters.slack.interactions import (
     ACTION_PREFIX,
     ACTION_VOTE_DOWN,
     ACTION_VOTE_UP,
-    action_event,
+    Click,
     action_origin,
     command,
-    down_vote,
+    read_click,
     slash_origin,
 )
 from adapters.slack.payload import (
@@ -81,10 +81,10 @@ from adapters.slack.threads import (
 __all__ = [
     "ACTION_NODE", "ACTION_PREFIX", "CALLBACK_FEEDBACK", "ACTION_VOTE_DOWN", "ACTION_VOTE_UP", "ANSWER_BLOCK", "LOGIN_PAGE_PROBLEM",
     "MAX_CONTEXT_MESSAGES", "PLATFORM", "QUESTION_BLOCK", "WORKING_REACTION",
-    "Arrival", "Asked", "BotIdentity", "FileNotice", "FilesShared", "FollowUp", "Ignored", "Origin", "Payload",
+    "Arrival", "Asked", "BotIdentity", "Click", "FileNotice", "FilesShared", "FollowUp", "Ignored", "Origin", "Payload",
     "Pinned", "SlackFile", "Submission", "Unpinned",
-    "action_event", "action_origin", "api_failure_text", "bot_answered", "channel_key", "classify_event", "command",
-    "context_text", "down_vote", "download_failure_text", "feedback", "feedback_view", "is_bot_message", "is_login_page", "mentions", "message_external_id",
-    "person_from_user", "pin", "pinned_thread", "plain_text", "posting_failure_text", "question", "slack_file",
-    "slash_origin", "submission", "thread_context", "unpin", "upload",
+    "action_origin", "api_failure_text", "bot_answered", "channel_key", "classify_event", "command",
+    "context_text", "download_failure_text", "feedback", "feedback_view", "is_bot_message", "is_login_page", "mentions", "message_external_id",
+    "person_from_user", "pin", "pinned_thread", "plain_text", "posting_failure_text", "question", "read_click",
+    "slack_file", "slash_origin", "submission", "thread_context", "unpin", "upload",
 ]

@@ -19,9 +19,10 @@ import pytest
 from bot import replies
 from bot.commands import may_manage, parse_command
 from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
-from bot.handler import ChatHandler, retrieval_query
+from bot.handler import ChatHandler
 from bot.ingestion import pin_title
 from bot.neutral import Command, Feedback, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
+from bot.question_handling import retrieval_query
 from bot.rebuilds.in_process import RebuildScheduler
 from bot.rebuilds.service import ScheduleStatus
 from raptor_engine.engine import Engine

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
 from bot.runtime import Assistant
@@ -45,7 +45,7 @@ class World:
 
     fake: FakeDiscord
     bot: Assistant
-    client: RaptorClient
+    client: DiscordClient
     guild: dict[str, Any]
     other_guild: dict[str, Any]
     alice: dict[str, Any]
@@ -122,7 +122,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
     config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID]))
     bot = Assistant(config, engine)
     await bot.start(warm_up=False)
-    clients: list[RaptorClient] = []
+    clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, config.discord, guild_ready_timeout=0.05, on_client=clients.append))
     try:
         client = await _ready(task, clients)
@@ -136,9 +136,9 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
         await fake.stop()
 
 
-async def _ready(task: asyncio.Task[None], clients: list[RaptorClient]) -> RaptorClient:
+async def _ready(task: asyncio.Task[None], clients: list[DiscordClient]) -> DiscordClient:
     """The client once discord.py says it is ready; a failure inside ``run_discord`` is raised."""
-    async def ready() -> RaptorClient:
+    async def ready() -> DiscordClient:
         while not clients:
             await asyncio.sleep(0.01)
         await clients[0].wait_until_ready()

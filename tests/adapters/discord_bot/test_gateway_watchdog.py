@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.lifecycle import loop_block_s
 from adapters.loop_watchdog import LoopWatchdog
 from bot.config import Config, DiscordConfig
@@ -38,7 +38,7 @@ TIMEOUT_S = 3.0  # discord.heartbeat_timeout_s: twelve heartbeats; the loop watc
 class Gateway:
     fake: FakeDiscord
     bot: Assistant
-    client: RaptorClient
+    client: DiscordClient
     general: str
     alice: dict[str, Any]
 
@@ -52,7 +52,7 @@ async def connected(engine: Engine, tmp_path: Path) -> AsyncIterator[Gateway]:
                             heartbeat_timeout_s=TIMEOUT_S)
     bot = Assistant(Config(data_dir=tmp_path / "data", discord=discord), engine)
     await bot.start(warm_up=False)
-    clients: list[RaptorClient] = []
+    clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))
     try:
         await fake.wait_for(lambda: clients and clients[0].is_ready(), timeout=15)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordClient, run_discord
 from bot.neutral import Pin
 from raptor_engine.engine import Engine
 from raptor_engine.types import Source, SourceKind
@@ -230,7 +230,7 @@ async def restart(world: World) -> World:
     world.task.cancel()
     with suppress(asyncio.CancelledError):
         await world.task
-    clients: list[RaptorClient] = []
+    clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(world.bot, world.client.settings, guild_ready_timeout=0.05,
                                            on_client=clients.append))
     return replace(world, client=await _ready(task, clients), task=task)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from adapters.discord_bot.client import RaptorClient, run_discord
+from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
 from bot.coordination.deliveries import LocalLedger
@@ -145,7 +145,7 @@ async def two_front_ends(engine: Engine, tmp_path: Path) -> AsyncIterator[tuple[
             config = Config(data_dir=tmp_path / name, discord=settings, bot=BotConfig(admins=[ADMIN_ID]))
             bot = Assistant(config, engine, deliveries=ledger)
             await bot.start(warm_up=False)
-            clients: list[RaptorClient] = []
+            clients: list[DiscordClient] = []
             task = asyncio.create_task(run_discord(bot, settings, guild_ready_timeout=0.05, on_client=clients.append))
             await fake.wait_for(lambda: clients)  # noqa: B023 (awaited before the next round)
             await asyncio.wait_for(clients[0].wait_until_ready(), 10)

@@ -26,8 +26,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.app import SlackRunning, run_slack
+from adapters.slack.outbox import Target
 from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
-from adapters.slack.web import People, Target
+from adapters.slack.web import People
 from bot import replies
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.coordination.deliveries import LocalLedger
@@ -102,7 +103,7 @@ async def settle(running: SlackRunning, bot: Assistant) -> None:
     """Until every delivered event (and any rebuild) is fully handled."""
     for _ in range(2):
         await asyncio.sleep(0.05)  # bolt starts a listener just after acknowledging
-        await running.adapter.wait_idle()
+        await running.handling.wait_idle()
         await bot.scheduler.wait_idle()
 
 
@@ -647,7 +648,7 @@ def test_long_answers_are_split_within_the_limits_and_private_pictures_sent_dire
     reply = Reply(ReplyKind.ANSWER, text, citations, answer_id="a1", thread="1700000000.000001")
 
     async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
-        await running.adapter.outbox.deliver(Target(CHANNEL, ANA), reply)
+        await running.handling.outbox.deliver(Target(CHANNEL, ANA), reply)
         posts = slack.posts(CHANNEL)
         assert len(posts) >= 3 and all(p["thread_ts"] == reply.thread for p in posts)
         assert sum(len(p["blocks"]) for p in posts) > 50
@@ -655,7 +656,7 @@ def test_long_answers_are_split_within_the_limits_and_private_pictures_sent_dire
 
         # A private reply is ephemeral; files cannot be, so its picture goes to a direct conversation.
         picture = Attachment("tree.png", b"\x89PNG fake", "image/png")
-        await running.adapter.outbox.deliver(Target(CHANNEL, BEN), Reply(ReplyKind.INFO, "Yours only.",
+        await running.handling.outbox.deliver(Target(CHANNEL, BEN), Reply(ReplyKind.INFO, "Yours only.",
                                                                         attachments=(picture,), private=True))
         [private] = slack.ephemerals(CHANNEL)
         assert private["user"] == BEN and private["text"] == "Yours only."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from yarl import URL
 
-from adapters.slack.web import carries_token
+from adapters.slack.downloads import carries_token
 
 API = "http://127.0.0.1:8123/api/"
 

@@ -162,7 +162,7 @@ def test_a_model_written_table_arrives_in_slack_as_a_markdown_block(
                     question = [e for e in events if isinstance(e, Question)][-1]
                     assert TABLE in question.context[-1]
                     await asyncio.sleep(0.05)
-                    await running.adapter.wait_idle()
+                    await running.handling.wait_idle()
                     assert not slack.rejected(), slack.rejected()
             finally:
                 await bot.stop()

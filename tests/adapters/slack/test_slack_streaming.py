@@ -20,7 +20,7 @@ import pytest
 
 from adapters.slack.app import SlackRunning
 from adapters.slack.blocks import render_reply
-from adapters.slack.web import STREAM_EVERY_S, UPDATE_EVERY_S
+from adapters.slack.sending import STREAM_EVERY_S, UPDATE_EVERY_S
 from bot import replies
 from bot.config import BotConfig, Config, LLMConfig, RateLimitConfig
 from bot.runtime import Assistant
@@ -76,7 +76,7 @@ def run(stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path,
                 slack.add_user(ANA, "Ana", admin=True)
                 async with app_running(bot, slack, "socket") as running:
                     await body(slack, running, bot, stub)
-                    await running.adapter.wait_idle()
+                    await running.handling.wait_idle()
         finally:
             await bot.stop()
 
@@ -111,7 +111,7 @@ def test_an_answer_streams_natively_in_its_thread(stub: OpenAIStub, embedder: Se
     async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant, stub: OpenAIStub) -> None:
         asked, sent = await ask(slack)
         await slack.wait_until(lambda: slack.calls_of("chat.update"), what="the finished answer", timeout=20)
-        await running.adapter.wait_idle()
+        await running.handling.wait_idle()
 
         [start] = slack.calls_of("chat.startStream")
         appends = slack.calls_of("chat.appendStream")
@@ -146,7 +146,7 @@ def test_refused_streaming_falls_back_to_paced_edits_and_ratelimits_lose_nothing
         asked, sent = await ask(slack)
         await slack.wait_until(lambda: any(c.params.get("blocks") for c in slack.calls_of("chat.update")),
                                what="the finished answer", timeout=30)
-        await running.adapter.wait_idle()
+        await running.handling.wait_idle()
 
         [draft] = slack.posts(CHANNEL, asked["ts"])
         assert "blocks" not in draft and ANSWER.startswith(draft["text"])  # the first words, as a plain message
@@ -177,7 +177,7 @@ def test_a_stream_broken_midway_ends_in_a_clear_message(stub: OpenAIStub, embedd
         stub.script(Behaviour.broken(after_tokens=40))
         asked, _ = await ask(slack)
         await slack.wait_until(lambda: slack.calls_of("chat.update"), what="the end of the answer", timeout=20)
-        await running.adapter.wait_idle()
+        await running.handling.wait_idle()
 
         [start] = slack.calls_of("chat.startStream")
         assert len(streamed_text([start, *slack.calls_of("chat.appendStream")])) > 20  # words were shown
@@ -200,7 +200,7 @@ def test_a_question_where_there_is_no_material_streams_nothing_and_says_what_to_
         delivery = await slack.slash(empty, ANA, f"ask {QUESTION}")
         assert delivery.status == 200
         await slack.wait_until(lambda: len(slack.posts(empty)) == 3, what="the slash question's echo and reply")
-        await running.adapter.wait_idle()
+        await running.handling.wait_idle()
         [slashed] = [p for p in slack.posts(empty) if p.get("thread_ts") not in (None, asked["ts"])]
         for reply in (mentioned, slashed):
             assert reply["text"] == replies.NO_MATERIAL, reply

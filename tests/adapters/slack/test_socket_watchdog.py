@@ -50,7 +50,7 @@ def run(engine: Engine, tmp_path: Path, body: Body, interval_s: float = INTERVAL
                 config = watched_config(slack, interval_s)
                 async with app_running(bot, slack, "socket", config=config) as running:
                     await body(slack, running, bot)
-                    await running.adapter.wait_idle()
+                    await running.handling.wait_idle()
         finally:
             await bot.stop()
 

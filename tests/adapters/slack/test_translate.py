@@ -233,13 +233,35 @@ def test_buttons() -> None:
             "message": {"ts": "5.000002", "thread_ts": "5.000001"},
             "actions": [{"action_id": ACTION_NODE, "value": "s1.abc"}]}
     key = ChannelKey("slack", "T1", "C1")
-    assert translate.action_event(body, ANA) == Command(key, ANA, "node", "s1.abc", thread="5.000001")
+
+    def event(payload: dict[str, Any]) -> Command | Vote | None:
+        click = translate.read_click(payload)
+        return click.event(ANA) if click is not None else None
+
+    assert event(body) == Command(key, ANA, "node", "s1.abc", thread="5.000001")
     up = {**body, "actions": [{"action_id": ACTION_VOTE_UP, "value": "a1"}]}
-    assert translate.action_event(up, ANA) == Vote(key, ANA, "a1", True)
+    assert event(up) == Vote(key, ANA, "a1", True)
     down = {**body, "actions": [{"action_id": ACTION_VOTE_DOWN, "value": "a1"}]}
-    assert translate.action_event(down, ANA) == Vote(key, ANA, "a1", False)
-    assert translate.action_event({**body, "actions": [{"action_id": "other", "value": "x"}]}, ANA) is None
-    assert translate.action_event({**body, "actions": [{"action_id": ACTION_NODE, "value": ""}]}, ANA) is None
+    assert event(down) == Vote(key, ANA, "a1", False)
+    assert event({**body, "actions": [{"action_id": "other", "value": "x"}]}) is None
+    assert event({**body, "actions": [{"action_id": ACTION_NODE, "value": ""}]}) is None
+
+
+def test_a_click_is_read_once_with_how_to_answer_it() -> None:
+    body = {"type": "block_actions", "team": {"id": "T1"}, "user": {"id": "UBEN", "team_id": "T1"},
+            "container": {"type": "message", "message_ts": "5.000002", "channel_id": "C1", "thread_ts": "5.000001"},
+            "trigger_id": "t-1", "response_url": "https://hooks.slack.test/r/1",
+            "actions": [{"action_id": ACTION_VOTE_DOWN, "value": " a1 ", "type": "button"}]}
+    click = translate.read_click(body)
+    assert click == translate.Click(Origin("T1", "C1", "UBEN", "5.000002", "5.000001"), ACTION_VOTE_DOWN,
+                                    "a1", "https://hooks.slack.test/r/1", "t-1")
+    assert click.form_answer == "a1"  # a 👎 opens the feedback form about its answer
+    up = translate.read_click({**body, "actions": [{"action_id": ACTION_VOTE_UP, "value": "a1"}]})
+    assert up is not None and up.form_answer == ""
+    # A click nowhere (no channel), or on nothing of ours, is no click of the bot's.
+    assert translate.read_click({**body, "container": {}}) is None
+    assert translate.read_click({**body, "actions": "garbled"}) is None
+    assert translate.read_click({}) is None
 
 
 def test_login_pages_and_failure_notes() -> None:
