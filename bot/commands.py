@@ -3,7 +3,7 @@
 A command arrives as text (``"/rebuild"``, ``"rebuild"``, ``"forget 3f9a1c2b7d"``;
 Slack's ``/raptor rebuild`` gives the adapter ``"rebuild"``) and is parsed into a
 name and an argument by :func:`parse_command`. The handler
-(:mod:`bot.handler`) runs them; :func:`may_manage` says who may run the
+(:mod:`bot.handler`, through :mod:`bot.command_handling`) runs them; :func:`may_manage` says who may run the
 commands marked ``admin_only``, and :func:`may_remove_pin` who may remove a
 source by unpinning it.
 

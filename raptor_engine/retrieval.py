@@ -24,7 +24,7 @@ Three modes, as in the paper:
     comes first. Summaries lead the context, then leaves.
 
   Measured with ``python -m bench.retrieval`` on the five dev sets at 500 and
-  2,000 tokens (figures in the README's quality section): coverage lifted
+  2,000 tokens (figures in docs/benchmarks.md): coverage lifted
   every broad set over the budget share it replaced (patents at 2,000 tokens
   +6.3 points, reviews +6.1 and +1.4), where it cost financial detail questions
   10 points when applied to details, so details keep their rank order.
@@ -132,7 +132,7 @@ def retrieve_scoped(
     summaries = indexes.summaries
     scores = sorted((hit.score for hit in leaves), reverse=True)
     related = _relatedness(vector, leaves, summaries)
-    # The scope is the question's own: earlier thread messages put before it (see bot.handler)
+    # The scope is the question's own: earlier thread messages put before it (see bot.question_handling)
     # help find the passages, but their words are not what is asked about.
     # A mention left in the text ("@Raptor") names the bot, not the material.
     asked = _MENTION.sub(" ", (query.text.strip().splitlines() or [""])[-1])
