@@ -64,6 +64,7 @@ from bench.common import (
     write_json,
 )
 from bot.config import BotConfig, Config, DiscordConfig, RateLimitConfig, ScheduleConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine import ChannelKey, Engine
 from testkit.discord_api import (
@@ -150,7 +151,7 @@ async def open_stage(engine: Engine, directory: Path, fake: FakeDiscord, guild: 
     # One person asks everything here: the per-person question limit is off (0).
     settings = BotConfig(rate_limits=RateLimitConfig(questions_per_user_per_minute=0),
                          schedule=ScheduleConfig(enabled=False))
-    bot = Assistant(Config(data_dir=directory, discord=discord, bot=settings), engine)
+    bot = Assistant(Config(data_dir=directory, discord=discord, bot=settings), AsyncEngine(engine))
     await bot.start(warm_up=False)  # warmed up already
     clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))

@@ -55,6 +55,7 @@ from bench.common import (
     write_json,
 )
 from bot.config import BotConfig, Config, RateLimitConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine import ChannelKey, Engine
 from testkit.slack_api import BOT_USER, TEAM, ApiCall, SlackStandIn, app_running
@@ -156,7 +157,7 @@ async def run_mode(engine: Engine, directory: Path, mode: str, asked: Sequence[t
                    questions: int, wave: int) -> dict[str, Any]:
     """Both phases (idle, then during a rebuild) in one mode; the figures."""
     limits = RateLimitConfig(questions_per_user_per_minute=0, rebuilds_per_channel_per_hour=0)
-    bot = Assistant(Config(data_dir=directory / "data", bot=BotConfig(rate_limits=limits)), engine)
+    bot = Assistant(Config(data_dir=directory / "data", bot=BotConfig(rate_limits=limits)), AsyncEngine(engine))
     await bot.start(warm_up=False)  # warmed up already: the compile is not what is measured
     try:
         async with SlackStandIn() as slack:

@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 from bench.common import heading, latency_summary, load_embedder, start_run, table, verdict, write_json
 from bot.config import BotConfig, Config, DiscordConfig, LLMConfig, RateLimitConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from bot.samples import SAMPLE_DOCUMENT
 from raptor_engine import ChannelKey, Engine
@@ -91,7 +92,7 @@ def bot_config(directory: Path, stub: OpenAIStub, **platform: Any) -> Config:
 
 @asynccontextmanager
 async def started(config: Config, engine: Engine) -> AsyncIterator[Assistant]:
-    bot = Assistant(config, engine)
+    bot = Assistant(config, AsyncEngine(engine))
     await bot.start(warm_up=False)
     try:
         yield bot

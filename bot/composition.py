@@ -254,10 +254,11 @@ def build_guard(config: Config) -> BuildGuard | None:
 async def open_bot(config: Config) -> Assistant:
     """The bot the configuration describes, not started yet. Building the engine loads
     the embedding model (seconds), so it happens in a worker thread."""
+    from bot.engine_calls import AsyncEngine
     from bot.runtime import Assistant  # the chat side: not loaded by the one-shot commands
 
     limit_heap_growth()  # before the engine starts its threads: a bot runs for months
-    engine = await asyncio.to_thread(build_engine, config)
+    engine = AsyncEngine(await asyncio.to_thread(build_engine, config))  # the chat side's one way to the engine
     if not config.coordination.enabled:
         return Assistant(config, engine)
     from bot.front_end import front_end
@@ -313,13 +314,12 @@ async def _serve_health(config: Config, bot: Assistant) -> HealthServer | None:
     """``/metrics``, ``/healthz`` and ``/readyz`` of a serving process, if ``observability.port`` is set."""
     if not config.observability.port:
         return None
-    from bot.engine_calls import AsyncEngine
     from bot.observability.endpoints import HealthServer
     from bot.observability.probes import add_probes
 
     server = HealthServer(bot.metrics)
     link = bot.front_end.link if bot.front_end is not None else None
-    add_probes(server, config, AsyncEngine(bot.engine), link)
+    add_probes(server, config, bot.calls, link)
     if bot.front_end is not None:
         bot.metrics.watch_queue(bot.front_end.rebuilds.depth)
     port = await server.start(config.observability.host, config.observability.port)
@@ -368,12 +368,12 @@ def run_worker(config: Config) -> int:
     _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)
     leases = ChannelLeases(link, config.coordination.lease_s)
-    engine = build_engine(config, clusters_soon=True, guard=HeldLeases(leases))  # each job holds the lease
+    engine = AsyncEngine(build_engine(config, clusters_soon=True, guard=HeldLeases(leases)))  # each job holds the lease
     metrics = Metrics()
     server = None
     if config.observability.port:
         server = HealthServer(metrics)
-        add_probes(server, config, AsyncEngine(engine), link)
+        add_probes(server, config, engine, link)
         metrics.watch_queue(RebuildQueue(link, config.coordination.job_timeout_s).depth)
         port = server.start_in_thread(config.observability.host, config.observability.port)
         log.info("metrics and health checks on %s:%d", config.observability.host, port)

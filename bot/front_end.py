@@ -11,9 +11,9 @@ from bot.coordination.lease import holder_name
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyReader
 from bot.coordination.shared_limits import LimiterFactory, shared_limiters
+from bot.engine_calls import AsyncEngine
 from bot.neutral import Courier
 from bot.rebuilds.queued import QueuedRebuilds
-from raptor_engine import Engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class FrontEnd:
         return ReplyReader(self.link, couriers, holder_name())
 
 
-def front_end(config: Config, engine: Engine) -> FrontEnd:
+def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
     """The front-end's coordination. ``config.coordination`` must be enabled."""
     link = RedisLink(config.coordination)
     return FrontEnd(

@@ -44,7 +44,6 @@ from raptor_engine import RaptorError
 
 if TYPE_CHECKING:
     from bot.rebuilds.service import RebuildService
-    from raptor_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class ChatHandler:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: AsyncEngine,
         config: Config,
         scheduler: RebuildService,
         clock: Callable[[], float] = time.monotonic,
@@ -66,7 +65,7 @@ class ChatHandler:
     ) -> None:
         """``limiters`` makes the rate limiters (default: counted in this process; with several
         replicas, counted in Redis). ``clock`` is for local limiters only (tests pass their own)."""
-        self._engine = AsyncEngine(engine)
+        self._engine = engine
         self.metrics = metrics or Metrics()
         # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
         make = limiters or local_limiters(clock)

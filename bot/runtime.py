@@ -42,7 +42,6 @@ from bot.observability.metrics import Metrics
 from bot.process_exit import end_process
 from bot.rebuilds.in_process import RebuildScheduler
 from bot.rebuilds.service import RebuildService
-from raptor_engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +59,13 @@ class Assistant:
     limits are shared through Redis, and workers' replies are posted from here.
     """
 
-    def __init__(self, config: Config, engine: Engine, deliveries: DeliveryLedger | None = None,
+    def __init__(self, config: Config, engine: AsyncEngine, deliveries: DeliveryLedger | None = None,
                  front_end: FrontEnd | None = None) -> None:
         self.config = config
-        self.engine = engine
+        self.calls = engine  # the one AsyncEngine of the process, built by the composition root
+        self.engine = engine.engine  # the synchronous engine, for callers outside an event loop
         self.front_end = front_end
         self.metrics = Metrics()
-        self._calls = AsyncEngine(engine)
         self.scheduler: RebuildService
         if front_end is not None:
             self.scheduler = front_end.rebuilds
@@ -108,7 +107,7 @@ class Assistant:
 
     async def sources(self, key: ChannelKey) -> list[SourceView]:
         """The channel's sources, read in a worker thread."""
-        sources = await self._calls.sources(key)
+        sources = await self.calls.sources(key)
         return [SourceView(s.id, s.title, s.external_id) for s in sources]
 
     @property

@@ -229,3 +229,17 @@ def test_only_engine_calls_hands_engine_work_to_a_thread() -> None:
                     and node.args and "engine" in ast.unparse(node.args[0])):
                 found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+def test_only_the_composition_root_wraps_the_engine_for_coroutines() -> None:
+    """One ``AsyncEngine`` per process, built in the composition root and handed to the bot, its
+    rebuild service, its handler and its probes: no other shipped module of ``bot`` or ``adapters``
+    builds one (each used to build its own)."""
+    found = []
+    for name, path in modules().items():
+        if top(name) not in ("bot", "adapters") or name in COMPOSITION_ROOTS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("AsyncEngine"):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -34,7 +34,7 @@ from bot.rebuilds.report import rebuild_and_report
 from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
-from raptor_engine import ChannelKey, Engine, RaptorError
+from raptor_engine import ChannelKey, RaptorError
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ class RebuildScheduler:
     Not thread-safe: every method is called from the event loop it was started on.
     """
 
-    def __init__(self, engine: Engine, config: BotConfig, metrics: Metrics | None = None) -> None:
-        self._engine = AsyncEngine(engine)
+    def __init__(self, engine: AsyncEngine, config: BotConfig, metrics: Metrics | None = None) -> None:
+        self._engine = engine
         self._metrics = metrics
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}

@@ -36,7 +36,7 @@ from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.requests import RebuildRequests, Requester
 from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
-from raptor_engine import ChannelKey, Engine, channel_digest
+from raptor_engine import ChannelKey, channel_digest
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ SWEEP_JOB = "coordination-sweep"
 class QueuedRebuilds:
     """Rebuilds run by workers; see the module docstring. Methods run on one event loop."""
 
-    def __init__(self, engine: Engine, config: BotConfig, coordination: CoordinationConfig, link: RedisLink) -> None:
-        self._engine = AsyncEngine(engine)
+    def __init__(self, engine: AsyncEngine, config: BotConfig, coordination: CoordinationConfig,
+                 link: RedisLink) -> None:
+        self._engine = engine
         self._config = config
         self._coordination = coordination
         self._link = link

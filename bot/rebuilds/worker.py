@@ -40,7 +40,7 @@ from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
 from bot.rebuilds.report import rebuild_and_report
 from bot.rebuilds.requests import RebuildRequests, Requester
 from bot.rebuilds.schedule import sources_changed
-from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, Engine
+from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +131,13 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
     return "failed" if error is not None else "built"
 
 
-def serve_worker(config: Config, engine: Engine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
+def serve_worker(config: Config, engine: AsyncEngine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
     """Runs jobs until SIGTERM/SIGINT (RQ's warm shutdown: the job running ends first;
     a second signal stops at once, and the job's requests are picked up again). ``engine``
     must be built with ``HeldLeases(leases)`` as its build guard: each job holds the lease,
     its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
-    install(WorkerContext(config, AsyncEngine(engine), link, leases, queue, RebuildRequests(link),
+    install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link),
                           ReplyPublisher(link), metrics))
     name = f"{holder_name()}-{uuid.uuid4().hex[:6]}"
     while True:

@@ -19,6 +19,7 @@ import pytest
 from bot import replies
 from bot.commands import may_manage, parse_command
 from bot.config import BotConfig, ChannelConfig, Config, LimitsConfig, RateLimitConfig
+from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
 from bot.ingestion import pin_title
 from bot.neutral import Command, Feedback, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
@@ -87,9 +88,9 @@ def run(
     engine: Engine, config: Config, key: ChannelKey, body: Callable[[Session], Awaitable[None]], clock: Clock | None = None
 ) -> None:
     async def session() -> None:
-        scheduler = RebuildScheduler(engine, config.bot)
+        scheduler = RebuildScheduler(AsyncEngine(engine), config.bot)
         await scheduler.start()
-        handler = ChatHandler(engine, config, scheduler, clock=clock or Clock())
+        handler = ChatHandler(AsyncEngine(engine), config, scheduler, clock=clock or Clock())
         try:
             await body(Session(handler, scheduler, key, []))
         finally:

@@ -20,6 +20,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
+from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyKind
 from bot.rebuilds.in_process import NOTE, RebuildScheduler
 from bot.rebuilds.relay import ProgressRelay
@@ -174,7 +175,7 @@ def test_a_request_rebuilds_and_reports_once(engine: Engine, channel: ChannelKey
     engine.ingest_file(channel, SAMPLE)
 
     async def scenario() -> tuple[RequestResult, Inbox, dict[str, str]]:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         inbox = Inbox()
         result = await scheduler.request(channel, "ann", inbox)
         noted = engine.notes(channel)  # written before the build started
@@ -200,7 +201,7 @@ def test_requests_while_running_merge_into_one_queued_rebuild(
     first, second, third = Inbox(), Inbox(), Inbox()
 
     async def scenario() -> list[RequestResult]:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         results = [await scheduler.request(channel, "ann", first)]
         results.append(await scheduler.request(channel, "bob", second))
         results.append(await scheduler.request(channel, "cy", third))
@@ -229,7 +230,7 @@ def test_a_channel_without_sources_reports_an_error_and_clears_the_note(engine: 
     inbox = Inbox()
 
     async def scenario() -> None:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         assert await scheduler.request(channel, "ann", inbox) is RequestResult.STARTED
         await scheduler.wait_idle()
 
@@ -247,7 +248,7 @@ def test_a_failing_send_does_not_stop_the_rebuild(
     broken = Inbox(fail=True)
 
     async def scenario() -> list[RequestResult]:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         results = [await scheduler.request(channel, "ann", broken), await scheduler.request(channel, "bob", broken)]
         await scheduler.wait_idle()
         return results
@@ -277,7 +278,7 @@ def test_an_unexpected_failure_is_logged_with_a_reference(
     inbox = Inbox()
 
     async def scenario() -> None:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         await scheduler.request(channel, "ann", inbox)
         await scheduler.wait_idle()
 
@@ -320,7 +321,7 @@ def test_progress_replies_come_before_the_result_and_apart(store: ChromaStore, e
     inbox = Inbox()
 
     async def scenario() -> None:
-        scheduler = RebuildScheduler(engine, BotConfig(progress_every_s=0.5))
+        scheduler = RebuildScheduler(AsyncEngine(engine), BotConfig(progress_every_s=0.5))
         await scheduler.request(channel, "ann", inbox)
         await scheduler.wait_idle()
 
@@ -342,7 +343,7 @@ def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
     inbox = Inbox()
 
     async def before_restart() -> None:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         await scheduler.start()
         assert await scheduler.request(channel, "ann", inbox) is RequestResult.STARTED
         await asyncio.sleep(0.05)  # well inside the build (hundreds of ms even when warm)
@@ -357,7 +358,7 @@ def test_a_rebuild_cut_by_a_restart_resumes_at_the_next_start(
     restarted = make_engine(store, embedder)
 
     async def after_restart() -> None:
-        scheduler = RebuildScheduler(restarted, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(restarted), QUIET)
         await scheduler.start()
         assert (await scheduler.status(channel)).running
         await scheduler.wait_idle()
@@ -380,7 +381,7 @@ def test_the_scheduled_check_rebuilds_only_changed_channels(engine: Engine, chan
     engine.notes(empty)  # registers the channel without any source
 
     async def scenario() -> tuple[list[bool], list[bool]]:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         first = [await scheduler.check(key) for key in (channel, built, empty)]
         assert await scheduler.check(channel) is False  # running: skipped, not queued
         assert not (await scheduler.status(channel)).queued
@@ -403,7 +404,7 @@ def test_a_scheduled_check_waits_for_a_running_request(engine: Engine, channel: 
     small_channel(engine, channel)
 
     async def scenario() -> bool:
-        scheduler = RebuildScheduler(engine, QUIET)
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
         await scheduler.request(channel, "ann")
         skipped = await scheduler.check(channel)
         await scheduler.wait_idle()
@@ -426,7 +427,7 @@ def test_jobs_follow_the_configured_schedules(engine: Engine, channel: ChannelKe
         engine.notes(key)  # known to the store
 
     async def scenario() -> None:
-        scheduler = RebuildScheduler(engine, config)
+        scheduler = RebuildScheduler(AsyncEngine(engine), config)
         assert (await scheduler.status(channel)).next_run is None  # not started
         await scheduler.start()
         started = datetime.now().astimezone()
@@ -459,7 +460,7 @@ def test_the_scheduler_runs_the_check_on_its_interval(engine: Engine, channel: C
     config = BotConfig(schedule=ScheduleConfig(every_minutes=0.01))  # every 0.6 s
 
     async def scenario() -> int:
-        scheduler = RebuildScheduler(engine, config)
+        scheduler = RebuildScheduler(AsyncEngine(engine), config)
         await scheduler.start()
         deadline = time.monotonic() + 15
         while await asyncio.to_thread(lambda: engine.stats(channel).version) == 0 and time.monotonic() < deadline:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
+from bot.engine_calls import AsyncEngine
 from bot.rebuilds.in_process import NOTE, RebuildScheduler
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document
@@ -24,7 +25,7 @@ def pending_rebuild(engine: Engine, key: ChannelKey) -> None:
 
 async def resumed(engine: Engine, config: BotConfig, key: ChannelKey) -> bool:
     """Starts a scheduler as a restarted process would; True if it resumed the channel's rebuild."""
-    scheduler = RebuildScheduler(engine, config)
+    scheduler = RebuildScheduler(AsyncEngine(engine), config)
     await scheduler.start()
     try:
         running = (await scheduler.status(key)).running
@@ -52,7 +53,7 @@ def test_a_channel_schedule_decides_for_its_channel(engine: Engine, channel: Cha
     config = BotConfig(schedule=OFF, channels={str(channel): ChannelConfig(schedule=ScheduleConfig())})
 
     async def scenario() -> tuple[bool, bool]:
-        scheduler = RebuildScheduler(engine, config)
+        scheduler = RebuildScheduler(AsyncEngine(engine), config)
         await scheduler.start()
         try:
             return (await scheduler.status(channel)).running, (await scheduler.status(other)).running

@@ -8,6 +8,7 @@ import asyncio
 from bot.config import BotConfig
 from bot.coordination.link import RedisLink
 from bot.deploy_config import CoordinationConfig
+from bot.engine_calls import AsyncEngine
 from bot.neutral import ChannelKey, Reply
 from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.queued import QueuedRebuilds
@@ -26,7 +27,7 @@ def coordination(url: str) -> CoordinationConfig:
 
 def replica(engine: Engine, url: str) -> QueuedRebuilds:
     settings = coordination(url)
-    return QueuedRebuilds(engine, BotConfig(), settings, RedisLink(settings))
+    return QueuedRebuilds(AsyncEngine(engine), BotConfig(), settings, RedisLink(settings))
 
 
 def test_a_scheduled_tick_on_three_replicas_enqueues_one_job(engine: Engine, redis_url: str) -> None:

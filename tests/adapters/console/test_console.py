@@ -26,6 +26,7 @@ from adapters.console.app import ConsoleChannel, FeedbackPrompt
 from adapters.console.translate import LineContext, Notice, Quit, parse_line, render_reply
 from bot.cli import main
 from bot.config import Config, ConsoleConfig
+from bot.engine_calls import AsyncEngine
 from bot.neutral import (
     CitationKind,
     CitationView,
@@ -78,7 +79,7 @@ def with_bot(engine: Engine, config: Config, body: Callable[[Assistant], Awaitab
     """Runs ``body`` with a started bot on the test's engine, and stops the bot after."""
 
     async def session() -> None:
-        bot = Assistant(config, engine)
+        bot = Assistant(config, AsyncEngine(engine))
         await bot.start(warm_up=False)  # the rebuilds below compile UMAP anyway
         try:
             await body(bot)

@@ -19,6 +19,7 @@ from adapters.console.app import ConsoleChannel
 from adapters.console.translate import render_reply
 from bot import replies
 from bot.config import Config, ConsoleConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine
@@ -68,7 +69,7 @@ def ask(engine: Engine, tmp_path: Path, terminal: Terminal, question: str = QUES
     config = Config(data_dir=tmp_path / "data", console=ConsoleConfig(sample=False))
 
     async def session() -> str:
-        bot = Assistant(config, engine)
+        bot = Assistant(config, AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             console = ConsoleChannel(bot, terminal.write, write_partial=terminal.partial)
@@ -123,7 +124,7 @@ def test_a_question_where_there_is_no_material_prints_no_pieces(stub: OpenAIStub
     config = Config(data_dir=tmp_path / "data", console=ConsoleConfig(sample=False))
 
     async def session(engine: Engine) -> None:
-        bot = Assistant(config, engine)
+        bot = Assistant(config, AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             console = ConsoleChannel(bot, terminal.write, write_partial=terminal.partial)

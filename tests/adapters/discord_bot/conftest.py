@@ -20,6 +20,7 @@ from typing import Any
 from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey
@@ -120,7 +121,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
         settings["guilds"] = [guild["id"]]
         settings["channels"] = [fake.channel_id(guild, "general"), library]
     config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID]))
-    bot = Assistant(config, engine)
+    bot = Assistant(config, AsyncEngine(engine))
     await bot.start(warm_up=False)
     clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, config.discord, guild_ready_timeout=0.05, on_client=clients.append))

@@ -24,6 +24,7 @@ from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.lifecycle import loop_block_s
 from adapters.loop_watchdog import LoopWatchdog
 from bot.config import Config, DiscordConfig
+from bot.engine_calls import AsyncEngine
 from bot.observability.metrics import Metrics
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
@@ -50,7 +51,7 @@ async def connected(engine: Engine, tmp_path: Path) -> AsyncIterator[Gateway]:
     await fake.start()
     discord = DiscordConfig(token="fake-token", api_base_url=fake.base_url, gateway_url=fake.gateway_url,
                             heartbeat_timeout_s=TIMEOUT_S)
-    bot = Assistant(Config(data_dir=tmp_path / "data", discord=discord), engine)
+    bot = Assistant(Config(data_dir=tmp_path / "data", discord=discord), AsyncEngine(engine))
     await bot.start(warm_up=False)
     clients: list[DiscordClient] = []
     task = asyncio.create_task(run_discord(bot, discord, guild_ready_timeout=0.05, on_client=clients.append))

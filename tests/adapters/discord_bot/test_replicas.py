@@ -26,6 +26,7 @@ from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
 from bot.coordination.deliveries import LocalLedger
+from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
@@ -143,7 +144,7 @@ async def two_front_ends(engine: Engine, tmp_path: Path) -> AsyncIterator[tuple[
     try:
         for name in ("one", "two"):
             config = Config(data_dir=tmp_path / name, discord=settings, bot=BotConfig(admins=[ADMIN_ID]))
-            bot = Assistant(config, engine, deliveries=ledger)
+            bot = Assistant(config, AsyncEngine(engine), deliveries=ledger)
             await bot.start(warm_up=False)
             clients: list[DiscordClient] = []
             task = asyncio.create_task(run_discord(bot, settings, guild_ready_timeout=0.05, on_client=clients.append))

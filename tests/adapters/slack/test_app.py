@@ -32,6 +32,7 @@ from adapters.slack.web import People
 from bot import replies
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.coordination.deliveries import LocalLedger
+from bot.engine_calls import AsyncEngine
 from bot.errors import BotError
 from bot.neutral import (
     Attachment,
@@ -83,7 +84,7 @@ def run(engine: Engine, tmp_path: Path, mode: str, body: Body, **options: Any) -
     """Runs ``body`` with a started bot, the stand-in, and the Slack app serving in ``mode``."""
 
     async def session() -> None:
-        bot = Assistant(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:
@@ -255,7 +256,7 @@ def test_two_replicas_sharing_a_ledger_answer_each_event_once(engine: Engine, tm
 
     async def session() -> None:
         ledger = LocalLedger()
-        bots = [Assistant(bot_config(tmp_path / name), engine, deliveries=ledger) for name in ("one", "two")]
+        bots = [Assistant(bot_config(tmp_path / name), AsyncEngine(engine), deliveries=ledger) for name in ("one", "two")]
         for bot in bots:
             await bot.start(warm_up=False)
         try:
@@ -780,7 +781,7 @@ def test_http_mode_refuses_bad_and_stale_signatures(engine: Engine, tmp_path: Pa
 def test_refused_tokens_stop_the_start_with_a_clear_error(engine: Engine, tmp_path: Path, mode: str,
                                                           wrong: str) -> None:
     async def session() -> None:
-        bot = Assistant(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), AsyncEngine(engine))
         async with SlackStandIn() as slack:
             value = SecretStr("xoxb-wrong" if wrong == "bot_token" else "xapp-wrong")
             config = slack_config(slack, mode).model_copy(update={wrong: value})
@@ -816,7 +817,7 @@ def test_people_are_looked_up_and_cached_briefly() -> None:
 def test_stopping_lets_work_in_hand_finish_for_a_while(engine: Engine, tmp_path: Path, drain_s: float,
                                                         answered: bool) -> None:
     async def session() -> None:
-        bot = Assistant(bot_config(tmp_path), engine)
+        bot = Assistant(bot_config(tmp_path), AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:

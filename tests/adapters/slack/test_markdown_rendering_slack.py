@@ -19,6 +19,7 @@ from adapters.slack import blocks
 from adapters.slack.blocks import MARKDOWN_TEXT_LIMIT, SlackMessage
 from bot.composition import llm_settings
 from bot.config import BotConfig, Config, LLMConfig, RateLimitConfig
+from bot.engine_calls import AsyncEngine
 from bot.neutral import CitationKind, CitationView, Question, Reply, ReplyKind
 from bot.runtime import Assistant
 from raptor_engine import ExtractiveSummarizer, LLMAnswerer, LLMClient
@@ -134,7 +135,7 @@ def test_a_model_written_table_arrives_in_slack_as_a_markdown_block(
         config = Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits))
 
         async def session() -> None:
-            bot = Assistant(config, engine)
+            bot = Assistant(config, AsyncEngine(engine))
             await bot.start(warm_up=False)
             try:
                 async with SlackStandIn() as slack, app_running(bot, slack, "socket") as running:

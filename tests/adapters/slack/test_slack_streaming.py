@@ -23,6 +23,7 @@ from adapters.slack.blocks import render_reply
 from adapters.slack.sending import STREAM_EVERY_S, UPDATE_EVERY_S
 from bot import replies
 from bot.config import BotConfig, Config, LLMConfig, RateLimitConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine
@@ -69,7 +70,7 @@ def run(stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path,
         engine = Engine(ChromaStore.embedded(tmp_path / "chroma"), embedder, counter, ExtractiveSummarizer(counter),
                         LLMAnswerer(client, settings))
         engine.ingest_bytes(key(), SAMPLE.read_bytes(), "aurora-handbook.md", "https://x.test/f", "Ana", "F0")
-        bot = Assistant(config, engine)
+        bot = Assistant(config, AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:

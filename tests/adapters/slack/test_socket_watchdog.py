@@ -18,6 +18,7 @@ import pytest
 
 from adapters.slack.app import SlackRunning
 from bot.config import BotConfig, Config, RateLimitConfig, SlackConfig
+from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
 from testkit.slack_api import BOT_USER, SlackStandIn, app_running, free_port
@@ -41,7 +42,7 @@ def watched_config(slack: SlackStandIn, interval_s: float) -> SlackConfig:
 def run(engine: Engine, tmp_path: Path, body: Body, interval_s: float = INTERVAL_S) -> None:
     async def session() -> None:
         limits = RateLimitConfig(questions_per_user_per_minute=0)
-        bot = Assistant(Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits)), engine)
+        bot = Assistant(Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits)), AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:
