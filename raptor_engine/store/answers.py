@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, TEXT_KEY, ChannelCollections, _text_of, translated
 from raptor_engine.types import AnswerRecord
 
 
@@ -47,14 +47,14 @@ class Answers:
         }
         if record.source_ids:
             metadata["sources"] = list(record.source_ids)
-        with _translated("keeping an answer"):
-            self._answers().upsert(ids=[record.answer_id], metadatas=[metadata], embeddings=[_PLACEHOLDER])
+        with translated("keeping an answer"):
+            self._answers().upsert(ids=[record.answer_id], metadatas=[metadata], embeddings=[PLACEHOLDER_VECTOR])
 
     def prune(self, keep: int) -> int:
         """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went.
         Counted on every call (cheap), but pruned only once the excess is a tenth of ``keep``
         (at least 10), so that answering does not read every answer each time."""
-        with _translated("pruning kept answers"):
+        with translated("pruning kept answers"):
             answers = self._answers()
             if answers.count() <= keep + max(10, keep // 10):
                 return 0
@@ -68,7 +68,7 @@ class Answers:
 
     def get(self, answer_id: str) -> AnswerRecord | None:
         """The kept answer with this id, or None."""
-        with _translated("reading an answer"):
+        with translated("reading an answer"):
             got = self._answers().get(ids=[answer_id], include=["documents", "metadatas"])
         if not got["ids"]:
             return None
@@ -76,7 +76,7 @@ class Answers:
 
     def listed(self) -> list[AnswerRecord]:
         """Every kept answer, oldest first."""
-        with _translated("listing answers"):
+        with translated("listing answers"):
             got = self._answers().get(include=["documents", "metadatas"])
         records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
         return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
@@ -84,7 +84,7 @@ class Answers:
     def pass_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
         """The answers citing ``source_id`` made to cite ``successor`` instead and marked
         ``changed``; returns them as they were before (``changed`` says which were marked already)."""
-        with _translated("passing answers on to a new version of their source"):
+        with translated("passing answers on to a new version of their source"):
             answers = self._answers()
             got = answers.get(where={"sources": {"$contains": source_id}}, include=["documents", "metadatas"])
             records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
@@ -96,7 +96,7 @@ class Answers:
 
     def delete_citing(self, source_id: str) -> None:
         """Deletes the answers citing ``source_id`` (it is forgotten)."""
-        with _translated("deleting a source"):
+        with translated("deleting a source"):
             self._answers().delete(where={"sources": {"$contains": source_id}})
 
 

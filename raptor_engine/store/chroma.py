@@ -19,13 +19,13 @@ from raptor_engine.errors import StoreError, StoreUnavailable
 from raptor_engine.reclaim import Reclaimed, reclaim, tidy as tidy_database
 from raptor_engine.store.channel import ChannelStore
 from raptor_engine.store.common import (
-    _PLAIN_CONFIG,
+    PLAIN_CONFIG,
     REGISTRY_COLLECTION,
-    _opened,
-    _register,
-    _translated,
     channel_digest,
     log,
+    open_collection,
+    register_channel,
+    translated,
 )
 from raptor_engine.types import ChannelKey
 
@@ -50,7 +50,7 @@ class ChromaStore:
         import chromadb
         from chromadb.config import Settings
 
-        with _translated(f"opening {path}"):
+        with translated(f"opening {path}"):
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
         store = cls(client, path)
@@ -126,7 +126,7 @@ class ChromaStore:
     def channel(self, key: ChannelKey) -> ChannelStore:
         """The store of one channel; registers the channel on first use."""
         digest = channel_digest(key)
-        _register(self._client, key, digest)
+        register_channel(self._client, key, digest)
         return ChannelStore(self._client, key, digest)
 
     def reclaim(self, only_if_worth: bool = False) -> Reclaimed | None:
@@ -163,8 +163,8 @@ class ChromaStore:
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
-        with _translated("listing channels"):
-            registry = _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+        with translated("listing channels"):
+            registry = open_collection(self._client, REGISTRY_COLLECTION, PLAIN_CONFIG)
             metadatas = registry.get(include=["metadatas"])["metadatas"] or []
         keys = [ChannelKey(str(m["platform"]), str(m["workspace"]), str(m["channel"])) for m in metadatas]
         return sorted(keys, key=str)

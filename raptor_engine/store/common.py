@@ -4,7 +4,7 @@ named and opened, error translation, batching, and how a record's text is kept.
 Contract: nothing here knows a record kind. :class:`ChannelCollections` names a channel's
 collections ``rc-<digest>-<suffix>`` and opens them with a short write log; collections are
 opened on each use (Chroma hands out a cheap handle), except those kept in a
-:class:`_Reopening` wrapper. Every Chroma call made here runs inside :func:`_translated`, so
+:class:`ReopeningCollection` wrapper. Every Chroma call made here runs inside :func:`translated`, so
 only :class:`~raptor_engine.errors.StoreError` (or ``StoreUnavailable``) leaves.
 """
 
@@ -24,7 +24,8 @@ from raptor_engine.types import ChannelKey
 log = logging.getLogger("raptor_engine.store")
 
 REGISTRY_COLLECTION = "rc-channels"
-_PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
+# The vector of records that are looked up by id only (sources, answers, notes): Chroma wants one.
+PLACEHOLDER_VECTOR = [1.0]
 # Chroma writes every record to its log (SQLite), with its vector and text, before answering,
 # and replays the log into the vector index on open; the index itself is saved, and the log
 # purged up to it, every sync_threshold records (1,000 by default), per collection. A channel
@@ -34,8 +35,9 @@ _PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vecto
 # was then the largest part of what the data directory swung by between compactions in the
 # 15-minute soak, and writing 15,000 records took 34.6 s against 33.6 s at 100.
 _SHORT_LOG = {"sync_threshold": 50, "batch_size": 50}
-_PLAIN_CONFIG = {"hnsw": dict(_SHORT_LOG)}
-_COSINE_CONFIG = {"hnsw": {"space": "cosine", **_SHORT_LOG}}
+# How collections are created: looked up by id only (default space), or searched by cosine similarity.
+PLAIN_CONFIG = {"hnsw": dict(_SHORT_LOG)}
+COSINE_CONFIG = {"hnsw": {"space": "cosine", **_SHORT_LOG}}
 # Where a record's text is kept: its metadata, not Chroma's document. Chroma's SQLite store
 # indexes every document in a trigram full-text index, about three times the text, and keeps
 # each document written over as a deletion marker until the index's segments merge; a rebuild
@@ -48,8 +50,10 @@ TEXT_KEY = "text"
 
 
 @contextmanager
-def _translated(action: str) -> Iterator[None]:
-    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action."""
+def translated(action: str) -> Iterator[None]:
+    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action (a
+    ``StoreUnavailable`` when Chroma cannot be reached); the engine's own errors pass as they are.
+    Every Chroma call of the store runs inside it."""
     try:
         yield
     except RaptorError:
@@ -73,15 +77,15 @@ def profile_digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:8]
 
 
-def _opened(client: Any, name: str, configuration: dict[str, Any]) -> Any:
-    """The collection ``name``, created with ``configuration`` if it is new. One created by an
+def open_collection(client: Any, name: str, configuration: dict[str, Any]) -> Any:
+    """The collection ``name`` of ``client``, created with ``configuration`` if it is new. One created by an
     older version, with Chroma's default log threshold, is changed to the short log once
     (the space of an existing collection cannot change, and need not)."""
     return _with_short_log(client.get_or_create_collection(name, embedding_function=None, configuration=configuration))
 
 
 def _with_short_log(collection: Any) -> Any:
-    """``collection``, its log threshold made short if it is not (see :func:`_opened`)."""
+    """``collection``, its log threshold made short if it is not (see :func:`open_collection`)."""
     # configuration_json: the parsed `configuration` warns about our embedding_function=None.
     hnsw = (getattr(collection, "configuration_json", None) or {}).get("hnsw") or {}
     if hnsw and hnsw.get("sync_threshold") != _SHORT_LOG["sync_threshold"]:
@@ -89,7 +93,7 @@ def _with_short_log(collection: Any) -> Any:
     return collection
 
 
-class _Reopening:
+class ReopeningCollection:
     """A kept collection handle that opens its collection once more when Chroma says it does not
     exist: the channel was dropped (by another process, or another engine) and is used again.
 
@@ -118,14 +122,14 @@ class _Reopening:
         return call
 
 
-def _register(client: Any, key: ChannelKey, digest: str) -> None:
+def register_channel(client: Any, key: ChannelKey, digest: str) -> None:
     """Lists the channel in the registry (``ChromaStore.channels``) if it is not."""
-    with _translated("registering the channel"):
-        registry = _opened(client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+    with translated("registering the channel"):
+        registry = open_collection(client, REGISTRY_COLLECTION, PLAIN_CONFIG)
         if not registry.get(ids=[digest], include=[])["ids"]:
             registry.upsert(
                 ids=[digest],
-                embeddings=[_PLACEHOLDER],
+                embeddings=[PLACEHOLDER_VECTOR],
                 metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
             )
 
@@ -157,7 +161,7 @@ class ChannelCollections:
 
     def open(self, suffix: str, cosine: bool = False) -> Any:
         """The collection ``rc-<digest>-<suffix>``, created if new (cosine space if ``cosine``)."""
-        return _opened(self.client, f"{self.prefix}-{suffix}", _COSINE_CONFIG if cosine else _PLAIN_CONFIG)
+        return open_collection(self.client, f"{self.prefix}-{suffix}", COSINE_CONFIG if cosine else PLAIN_CONFIG)
 
     def names(self) -> list[str]:
         """The names of every collection in the database (not just this channel's)."""
@@ -174,7 +178,7 @@ class ChannelCollections:
 
     def register(self) -> None:
         """Lists the channel in the registry (again after a drop, see :meth:`drop`)."""
-        _register(self.client, self.key, self.digest)
+        register_channel(self.client, self.key, self.digest)
 
     def drop(self) -> int:
         """Deletes every collection of the channel and then its registry entry; how many records
@@ -182,7 +186,7 @@ class ChannelCollections:
         from chromadb.errors import NotFoundError
 
         records = 0
-        with _translated("dropping the channel"):
+        with translated("dropping the channel"):
             for name in [n for n in sorted(self.names()) if n.startswith(f"{self.prefix}-")]:
                 try:
                     records += self.client.get_collection(name, embedding_function=None).count()
@@ -190,5 +194,5 @@ class ChannelCollections:
                 except NotFoundError:
                     continue  # dropped meanwhile by another process
             # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
-            _opened(self.client, REGISTRY_COLLECTION, _PLAIN_CONFIG).delete(ids=[self.digest])
+            open_collection(self.client, REGISTRY_COLLECTION, PLAIN_CONFIG).delete(ids=[self.digest])
         return records

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, TEXT_KEY, ChannelCollections, _text_of, translated
 from raptor_engine.types import Source, SourceKind
 
 SEGMENT_CHARS = 100_000  # source text is stored in segments of this many characters
@@ -44,7 +44,7 @@ class Sources:
 
     def holds_none(self) -> bool:
         """Whether the channel holds no source at all, in any state."""
-        with _translated("looking for sources"):
+        with translated("looking for sources"):
             return not self._src().get(limit=1, include=[])["ids"]
 
     def put(self, source: Source, text: str, state: SourceState) -> None:
@@ -56,16 +56,16 @@ class Sources:
                                            for i, segment in enumerate(segments)]
         metadatas[0].update(_source_metadata(source), segments=len(segments), state=state.value)
         self._at.register()  # again after a drop (see ChannelStore.drop)
-        with _translated("storing a source"):
+        with translated("storing a source"):
             self._src().upsert(
                 ids=[f"{source.id}#{i}" for i in range(len(segments))],
                 metadatas=metadatas,
-                embeddings=[_PLACEHOLDER] * len(segments),
+                embeddings=[PLACEHOLDER_VECTOR] * len(segments),
             )
 
     def record(self, source_id: str) -> tuple[Source, SourceState] | None:
         """The source with this id and its state, whatever the state; None if there is no record."""
-        with _translated("reading a source"):
+        with translated("reading a source"):
             got = self._src().get(ids=[f"{source_id}#0"], include=["metadatas"])
         metadatas = got["metadatas"] or []
         return (_source_from_metadata(metadatas[0]), _state_of(metadatas[0])) if metadatas else None
@@ -74,7 +74,7 @@ class Sources:
         """Changes a source's state in one write; does nothing if the source has no record."""
         if state is SourceState.LEGACY:
             raise ValueError("LEGACY is how sources written before states read; it is never written")
-        with _translated("changing a source's state"):
+        with translated("changing a source's state"):
             # Chroma merges updated metadata keys and ignores unknown ids: a forgotten source stays gone.
             self._src().update(ids=[f"{source_id}#0"], metadatas=[{"state": state.value}])
 
@@ -84,7 +84,7 @@ class Sources:
         where: dict[str, Any] = {"segment": 0}
         if external_id is not None:
             where = {"$and": [where, {"external_id": external_id}]}
-        with _translated("listing sources"):
+        with translated("listing sources"):
             got = self._src().get(where=where, include=["metadatas"])
         # Filtered here, not by a where clause: legacy records have no state key to match.
         sources = [_source_from_metadata(m) for m in got["metadatas"] or [] if _state_of(m) in _LISTED]
@@ -92,7 +92,7 @@ class Sources:
 
     def in_state(self, state: SourceState) -> list[str]:
         """The ids of the sources in ``state`` (not ``LEGACY``), e.g. forgets that were interrupted."""
-        with _translated("listing sources by state"):
+        with translated("listing sources by state"):
             got = self._src().get(where={"state": state.value}, include=["metadatas"])
         return sorted({str(m["source_id"]) for m in got["metadatas"] or []})
 
@@ -101,21 +101,21 @@ class Sources:
         wanted = sorted(set(source_ids))
         if not wanted:
             return set()
-        with _translated("checking for forgotten sources"):
+        with translated("checking for forgotten sources"):
             got = self._src().get(ids=[f"{i}#0" for i in wanted], include=["metadatas"])
         alive = {str(m["source_id"]) for m in got["metadatas"] or [] if _state_of(m) is not SourceState.FORGETTING}
         return set(wanted) - alive
 
     def text(self, source_id: str) -> str:
         """The full text of a stored source."""
-        with _translated("reading a source's text"):
+        with translated("reading a source's text"):
             got = self._src().get(where={"source_id": source_id}, include=["documents", "metadatas"])
         parts = sorted(zip(got["metadatas"] or [], got["documents"] or []), key=lambda p: int(p[0]["segment"]))
         return "".join(_text_of(document, metadata) for metadata, document in parts)
 
     def delete(self, source_id: str) -> None:
         """Deletes a source's text records: the last step of removing a source."""
-        with _translated("deleting a source"):
+        with translated("deleting a source"):
             self._src().delete(where={"source_id": source_id})
 
 

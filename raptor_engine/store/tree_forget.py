@@ -11,10 +11,11 @@ the same channel in this process never has its new records freed by a forget's e
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import _translated
-from raptor_engine.store.tree_format import _all_of, _without_links, _without_source
+from raptor_engine.store.common import translated
+from raptor_engine.store.tree_format import TreeState, all_of
 from raptor_engine.store.tree_pool import TreePool
 from raptor_engine.store.tree_state import TreeStates
 
@@ -32,7 +33,7 @@ class TreeForget:
         ``successor`` is the id of the source's new version: the state counts the source as
         replaced by it, not as forgotten (see ``TreeState.replaced``)."""
         removed: dict[str, Counter[int]] = {}
-        with self._pool.write_lock(), _translated("removing a source from the tree"):
+        with self._pool.write_lock(), translated("removing a source from the tree"):
             for version in self._pool.legacy_versions():
                 removed[f"legacy:{version}"] = self._remove_from_version(version, source_id)
             removed.update(self._remove_from_pool(source_id))
@@ -66,7 +67,7 @@ class TreeForget:
             survivors = sorted(neighbours - gone)
             if not survivors:
                 continue
-            affected = pool.get(where=_all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
+            affected = pool.get(where=all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
             if affected["ids"]:
                 pool.update(ids=affected["ids"], metadatas=[_without_links(m, gone) for m in affected["metadatas"]])
         return removed
@@ -100,3 +101,35 @@ class TreeForget:
             updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
             collection.update(ids=affected["ids"], metadatas=updated)
         return layers
+
+
+def _without_source(state: TreeState, source_id: str, removed: Counter[int], successor: str = "") -> TreeState:
+    """The served state after ``source_id`` was forgotten and ``removed`` nodes (per layer) went.
+    With a ``successor`` (the id of the source's new version), a source of the build is
+    counted as replaced rather than forgotten, and a replacement that stood for it now
+    points at the successor (a message edited twice is one changed source)."""
+    left = {layer: count - removed[layer] for layer, count in state.nodes_per_layer.items()}
+    of_build = source_id in state.source_ids
+    replaced = {old: (successor if new == source_id and successor else new) for old, new in state.replaced.items()}
+    if of_build and successor:
+        replaced[source_id] = successor
+    return replace(
+        state,
+        source_ids=tuple(i for i in state.source_ids if i != source_id),
+        # Readers key what they derive from the tree (the BM25 index) on the revision;
+        # the counts per layer follow what is left, so status tells the truth.
+        revision=state.revision + (1 if removed else 0),
+        nodes_per_layer={k: v for k, v in left.items() if v > 0},
+        # The id goes, but the count stays: the summaries above it still want a rebuild.
+        forgotten=state.forgotten + (1 if of_build and not successor else 0),
+        replaced=replaced,
+    )
+
+
+def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any]:
+    updated = dict(metadata)
+    for name in ("children", "parents"):
+        kept = [i for i in metadata.get(name) or [] if i not in removed]
+        # Chroma refuses empty lists; an update with None removes the key.
+        updated[name] = kept or None
+    return updated

@@ -21,8 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import _COSINE_CONFIG, ChannelCollections, _opened, _Reopening, _translated
-from raptor_engine.store.tree_format import _FREE_METADATA
+from raptor_engine.store.common import (
+    COSINE_CONFIG,
+    ChannelCollections,
+    ReopeningCollection,
+    open_collection,
+    translated,
+)
+from raptor_engine.store.tree_format import FREE_METADATA
 
 # The served tree and one being built. The one served before stays readable (for queries in
 # flight) until the next build writes over it: a third slot kept a third copy of every tree,
@@ -47,14 +53,14 @@ class TreePool:
 
     def __init__(self, collections: ChannelCollections) -> None:
         self._at = collections
-        self._collection: _Reopening | None = None
+        self._collection: ReopeningCollection | None = None
 
     def collection(self) -> Any:
         """The channel's tree pool. Its handle is kept (opening costs about half a query), and
         opens the collection again if another process or engine dropped the channel meanwhile."""
         if self._collection is None:
             at = self._at
-            self._collection = _Reopening(lambda: _opened(at.client, f"{at.prefix}-tree", _COSINE_CONFIG))
+            self._collection = ReopeningCollection(lambda: open_collection(at.client, f"{at.prefix}-tree", COSINE_CONFIG))
         return self._collection
 
     def forget(self) -> None:
@@ -76,7 +82,7 @@ class TreePool:
 
     def drop_legacy_except(self, keep: set[int]) -> None:
         """Deletes the older stores' tree collections but those of the versions in ``keep``."""
-        with _translated("dropping old trees"):
+        with translated("dropping old trees"):
             for version in self.legacy_versions():
                 if version not in keep:
                     self._at.client.delete_collection(f"{self._at.prefix}-t{version}")
@@ -96,7 +102,7 @@ class TreePool:
         for start, end in self._at.batches(len(record_ids)):
             part = record_ids[start:end]
             marks = [f"free:{tree}" for tree in trees[start:end]] if trees else ["free"] * len(part)
-            pool.update(ids=part, metadatas=[{**_FREE_METADATA, "tree": mark} for mark in marks],
+            pool.update(ids=part, metadatas=[{**FREE_METADATA, "tree": mark} for mark in marks],
                         embeddings=noise[start:end])
 
     def state_lock(self) -> threading.Lock:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import _text_of, _translated
-from raptor_engine.store.tree_format import _LEGACY, _all_of, _matches, _Place, node_from
+from raptor_engine.store.common import _text_of, translated
+from raptor_engine.store.tree_format import _LEGACY, TreePlace, all_of, node_from
 from raptor_engine.store.tree_pool import TREE_SLOTS, TreePool
 from raptor_engine.store.tree_state import TreeStates
 from raptor_engine.types import Hit, Node
@@ -45,7 +45,7 @@ class TreeReads:
         """Nodes of a tree version nearest to ``vector``, best first, through Chroma's index."""
         if n <= 0 or (ids is not None and not ids):
             return []
-        with _translated("searching the tree"):
+        with translated("searching the tree"):
             place = self._states.place(version)
             if place.slot == _LEGACY:
                 return self._query_legacy(version, vector, n, where, ids)
@@ -54,7 +54,7 @@ class TreeReads:
             elif where is None:
                 hits = self._query_unfiltered(place, vector, n)
             else:
-                hits = self._query_pool(vector, n, _all_of({"tree": place.tag}, where))[0]
+                hits = self._query_pool(vector, n, all_of({"tree": place.tag}, where))[0]
         return [hit for hit in hits if where is None or _matches(hit.node, where)][:n]
 
     def _query_pool(self, vector: np.ndarray, n: int, where: dict[str, Any] | None,
@@ -70,7 +70,7 @@ class TreeReads:
         ]
         return hits, len(got["ids"][0])
 
-    def _query_unfiltered(self, place: _Place, vector: np.ndarray, n: int) -> list[Hit]:
+    def _query_unfiltered(self, place: TreePlace, vector: np.ndarray, n: int) -> list[Hit]:
         """The ``n`` nearest nodes of one tree. Chroma filters metadata before it searches, which
         made a query several times slower (measured: p50 22 ms against 1.6 ms on 3 x 1,200
         records): the pool is searched unfiltered, as deep as the trees it holds need (the
@@ -86,7 +86,7 @@ class TreeReads:
             return hits
         return self._query_pool(vector, n, {"tree": place.tag})[0]
 
-    def _trees_in_pool(self, place: _Place) -> int:
+    def _trees_in_pool(self, place: TreePlace) -> int:
         """How many trees the pool holds, counted once per served tree (a build running
         elsewhere adds one meanwhile: the query then falls back to the filtered one)."""
         if place.tag not in self._tree_counts:
@@ -96,7 +96,7 @@ class TreeReads:
             self._tree_counts[place.tag] = max(1, sum(1 for m in firsts if m.get("version") is not None))
         return self._tree_counts[place.tag]
 
-    def _query_by_ids(self, place: _Place, vector: np.ndarray, n: int, ids: Sequence[str]) -> list[Hit]:
+    def _query_by_ids(self, place: TreePlace, vector: np.ndarray, n: int, ids: Sequence[str]) -> list[Hit]:
         """Nodes with these ids nearest to ``vector``, looked up by their record ids (as fast as
         Chroma gets) rather than by a metadata filter."""
         record_ids = self._record_ids(place, ids)
@@ -104,7 +104,7 @@ class TreeReads:
             return []
         return self._query_pool(vector, min(n, len(record_ids)), None, record_ids, place.tag)[0]
 
-    def _record_ids(self, place: _Place, ids: Sequence[str]) -> list[str]:
+    def _record_ids(self, place: TreePlace, ids: Sequence[str]) -> list[str]:
         """The pool record ids of these nodes of a tree (unknown nodes left out). A tree's records
         keep their ids until a later build writes over them, and then carry another tag."""
         if place.tag not in self._rids:
@@ -141,7 +141,7 @@ class TreeReads:
         """The nodes with these ids in a tree version (missing ids are skipped), in the order asked."""
         if not ids:
             return []
-        with _translated("reading nodes"):
+        with translated("reading nodes"):
             if self._states.place(version).slot == _LEGACY:
                 got = self._pool.legacy(version).get(ids=list(ids), include=["documents", "metadatas"])
                 node_ids = list(got["ids"])
@@ -152,13 +152,13 @@ class TreeReads:
 
     def texts(self, version: int) -> tuple[list[str], list[str]]:
         """The ids and texts of every node of a tree version (to index them lexically)."""
-        with _translated("reading node texts"):
+        with translated("reading node texts"):
             node_ids, got = self._records(version, None, ["documents", "metadatas"])
         return node_ids, [_text_of(d, m) for d, m in zip(got["documents"], got["metadatas"])]
 
     def layer(self, version: int, layer: int, limit: int) -> list[Node]:
         """Up to ``limit`` nodes of one layer of a tree version, widest (most children) first."""
-        with _translated("reading a layer"):
+        with translated("reading a layer"):
             node_ids, got = self._records(version, {"layer": layer}, ["documents", "metadatas"])
         nodes = [node_from(i, d, m) for i, d, m in zip(node_ids, got["documents"], got["metadatas"])]
         return sorted(nodes, key=lambda n: (-len(n.children), n.id))[:limit]
@@ -167,7 +167,7 @@ class TreeReads:
         """The stored embeddings of some nodes of a tree version, by id."""
         if not ids:
             return {}
-        with _translated("reading node embeddings"):
+        with translated("reading node embeddings"):
             if self._states.place(version).slot == _LEGACY:
                 got = self._pool.legacy(version).get(ids=list(ids), include=["embeddings"])
                 node_ids = list(got["ids"])
@@ -181,7 +181,7 @@ class TreeReads:
         if place.slot == _LEGACY:
             got = self._pool.legacy(version).get(where=where, include=include)
             return list(got["ids"]), got
-        got = self._pool.collection().get(where=_all_of({"tree": place.tag}, where), include=[*include, "metadatas"])
+        got = self._pool.collection().get(where=all_of({"tree": place.tag}, where), include=[*include, "metadatas"])
         return [str(m["node"]) for m in got["metadatas"]], got
 
     def _records_by_ids(self, version: int, ids: Sequence[str], include: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -192,3 +192,8 @@ class TreeReads:
         keep = [i for i, m in enumerate(got["metadatas"]) if m.get("tree") == place.tag]
         picked = {name: [got[name][i] for i in keep] for name in include}
         return [str(got["metadatas"][i]["node"]) for i in keep], picked
+
+
+def _matches(node: Node, where: dict[str, Any]) -> bool:
+    """Whether a node passes the simple where clauses callers give (``{"layer": n}``)."""
+    return all(getattr(node, key, None) == value for key, value in where.items() if not key.startswith("$"))
