@@ -144,8 +144,7 @@ class Engine:
         All or nothing: the source is listed, built from and searched only once
         every leaf is stored. If embedding fails (``ProviderError``) nothing of
         it stays; if the process dies half-way, what was written stays invisible
-        and the next upload of the same text repairs it (``repaired``), as it
-        does a source stored by an older version without its leaves.
+        and the next upload of the same text repairs it (``repaired``).
         The same text stored twice is stored once (``duplicate`` is then True).
         Its excerpts can be retrieved at once; its summaries come with the next
         rebuild. ``progress`` hears how embedding goes (a large file takes

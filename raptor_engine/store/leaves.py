@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import TEXT_KEY, ChannelCollections, _text_of, translated
+from raptor_engine.store.common import TEXT_KEY, ChannelCollections, translated
 from raptor_engine.types import Chunk, Node
 
 
@@ -56,11 +56,11 @@ class Leaves:
         with translated("reading cached leaves"):
             got = collection.get(
                 where={"source_id": {"$in": list(source_ids)}},
-                include=["documents", "metadatas", "embeddings"],
+                include=["metadatas", "embeddings"],
             )
         grouped: dict[str, list[tuple[Chunk, np.ndarray]]] = {}
-        for document, metadata, vector in zip(got["documents"], got["metadatas"], got["embeddings"]):
-            chunk = _chunk_from(document, metadata)
+        for metadata, vector in zip(got["metadatas"], got["embeddings"]):
+            chunk = _chunk_from(metadata)
             grouped.setdefault(chunk.source_id, []).append((chunk, np.asarray(vector, dtype=np.float32)))
         result = {}
         for source_id, pairs in grouped.items():
@@ -111,11 +111,11 @@ def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
     }
 
 
-def _chunk_from(document: str | None, metadata: dict[str, Any]) -> Chunk:
+def _chunk_from(metadata: dict[str, Any]) -> Chunk:
     return Chunk(
         source_id=str(metadata["source_id"]),
         ordinal=int(metadata["ordinal"]),
-        text=_text_of(document, metadata),
+        text=str(metadata[TEXT_KEY]),
         start=int(metadata["start"]),
         end=int(metadata["end"]),
         tokens=int(metadata["tokens"]),

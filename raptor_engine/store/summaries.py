@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import TEXT_KEY, ChannelCollections, _text_of, translated
+from raptor_engine.store.common import TEXT_KEY, ChannelCollections, translated
 
 
 class Summaries:
@@ -34,10 +34,10 @@ class Summaries:
             return {}
         collection = self.cache(profile)
         with translated("reading cached summaries"):
-            got = collection.get(ids=list(keys), include=["documents", "metadatas", "embeddings"])
+            got = collection.get(ids=list(keys), include=["metadatas", "embeddings"])
         return {
-            key: (_text_of(document, metadata), np.asarray(vector, dtype=np.float32))
-            for key, document, metadata, vector in zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"])
+            key: (str(metadata[TEXT_KEY]), np.asarray(vector, dtype=np.float32))
+            for key, metadata, vector in zip(got["ids"], got["metadatas"], got["embeddings"])
         }
 
     def put(self, profile: str, entries: Sequence[tuple[str, str, Sequence[str]]], embeddings: np.ndarray) -> None:

@@ -1,7 +1,7 @@
 """Forgetting a source in a channel's trees: its nodes go from every stored tree at once.
 
-Contract: the nodes covering the source are freed in the pool (deleted from an older store's
-tree collections), whatever tree they belong to (served, previous or unfinished), and unlinked
+Contract: the nodes covering the source are freed in the pool, whatever tree they belong to
+(served, previous or unfinished), and unlinked
 from their trees' other nodes, so each tree stays consistent until the next rebuild restores
 the summaries of the other sources. The served state then loses the source's id, and its
 counts the nodes that went. The pool is written under the channel's write lock, so a build of
@@ -32,17 +32,14 @@ class TreeForget:
         out of the served state; the number of nodes deleted from the served tree. A
         ``successor`` is the id of the source's new version: the state counts the source as
         replaced by it, not as forgotten (see ``TreeState.replaced``)."""
-        removed: dict[str, Counter[int]] = {}
         with self._pool.write_lock(), translated("removing a source from the tree"):
-            for version in self._pool.legacy_versions():
-                removed[f"legacy:{version}"] = self._remove_from_version(version, source_id)
-            removed.update(self._remove_from_pool(source_id))
+            removed = self._remove_from_pool(source_id)
         with self._pool.state_lock():
             # Read now, not before: a build may have switched over while the nodes went.
             state = self._states.read()
             if state is None:
                 return 0
-            removed_live = removed.get(state.tag or f"legacy:{state.version}", Counter())
+            removed_live = removed.get(state.tag, Counter())
             if removed_live or source_id in state.source_ids or source_id in state.replaced.values():
                 previous = self._states.served_places()
                 previous.pop(state.version, None)
@@ -61,7 +58,7 @@ class TreeForget:
         self._pool.free(list(doomed["ids"]), [str(m["tree"]) for m in doomed["metadatas"] or []])
         removed: dict[str, Counter[int]] = {}
         for tag, metadatas in by_tree.items():
-            removed[tag] = Counter(int(m.get("layer", 0)) for m in metadatas)
+            removed[tag] = Counter(int(m["layer"]) for m in metadatas)
             gone = {str(m["node"]) for m in metadatas}
             neighbours = {i for m in metadatas for name in ("children", "parents") for i in m.get(name) or []}
             survivors = sorted(neighbours - gone)
@@ -71,36 +68,6 @@ class TreeForget:
             if affected["ids"]:
                 pool.update(ids=affected["ids"], metadatas=[_without_links(m, gone) for m in affected["metadatas"]])
         return removed
-
-    def _remove_from_version(self, version: int, source_id: str) -> Counter[int]:
-        """``_remove_from_tree`` on one version; nothing if a switch dropped that version meanwhile."""
-        try:
-            return self._remove_from_tree(self._pool.legacy(version), source_id)
-        except Exception:
-            if version in self._pool.legacy_versions():
-                raise
-            return Counter()
-
-    def _remove_from_tree(self, collection: Any, source_id: str) -> Counter[int]:
-        """Deletes the nodes covering ``source_id`` from one tree of an older store; how many per layer."""
-        doomed = collection.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
-        doomed_ids = set(doomed["ids"])
-        if not doomed_ids:
-            return Counter()
-        layers = Counter(int(m.get("layer", 0)) for m in doomed["metadatas"])
-        neighbours: set[str] = set()
-        for metadata in doomed["metadatas"]:
-            neighbours.update(metadata.get("children") or [])
-            neighbours.update(metadata.get("parents") or [])
-        collection.delete(ids=list(doomed_ids))
-        survivors = list(neighbours - doomed_ids)
-        if not survivors:  # Chroma refuses a get by an empty id list
-            return layers
-        affected = collection.get(ids=survivors, include=["metadatas"])
-        if affected["ids"]:
-            updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
-            collection.update(ids=affected["ids"], metadatas=updated)
-        return layers
 
 
 def _without_source(state: TreeState, source_id: str, removed: Counter[int], successor: str = "") -> TreeState:

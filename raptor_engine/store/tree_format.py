@@ -3,7 +3,8 @@
 Contract: pure conversions, no Chroma call. A node is one record: its text under
 ``TEXT_KEY``, the rest in metadata (:func:`node_metadata`), and in the pool also its tree's
 tag, version, slot, index ``k`` and node count (:func:`pool_metadata`). These layouts are
-what stores on disk hold: they change only with a way to read what was written before.
+what stores on disk hold: a change of them comes with a step of ``migrations.py`` that
+rewrites what was written before (and a new ``STORE_FORMAT``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from raptor_engine.store.common import TEXT_KEY, _text_of
+from raptor_engine.store.common import TEXT_KEY
 from raptor_engine.types import Node
 
-_LEGACY = -1  # the slot of a tree kept in a collection of its own, as older stores did
 _NODE_KEYS = (TEXT_KEY, "node", "layer", "tokens", "title", "link", "ordinal", "start", "end", "children", "parents", "sources")
 # The metadata update that frees a pool record: it keeps only its slot and index (Chroma's
 # update merges keys; None removes one), and is marked free (``TreePool.free`` may tag it).
@@ -33,8 +33,8 @@ class TreeState:
     nodes_per_layer: dict[int, int]
     revision: int = 0  # bumped when nodes are removed from the served tree (forget)
     forgotten: int = 0  # sources of this build forgotten since: their summaries wait for a rebuild
-    slot: int = -1  # where in the channel's tree pool it is; -1: a collection of its own (older stores)
-    tag: str = ""  # the build's unique name of the tree (its records carry it); "" for older stores
+    slot: int = -1  # where in the channel's tree pool it is; -1 until placed (a build's state, before its switch)
+    tag: str = ""  # the build's unique name of the tree (its records carry it); "" until placed
     # Sources of this build replaced by a new version since (an edited message, a file uploaded
     # again): the build's id -> the id of the version now standing for it. Counted apart from
     # ``forgotten``, so status can say how many sources *changed*, not just came and went.
@@ -43,8 +43,8 @@ class TreeState:
 
 @dataclass(frozen=True, slots=True)
 class TreePlace:
-    """Where a tree is: its pool slot and tag, or (slot -1) the collection ``-t<version>``.
-    A tree's place never changes (a later tree has a version and tag of its own)."""
+    """Where a tree is: its slot in the channel's tree pool and its tag. A tree's place never
+    changes (a later tree has a version and tag of its own)."""
 
     version: int
     slot: int
@@ -68,21 +68,21 @@ def node_metadata(node: Node) -> dict[str, Any]:
     return metadata
 
 
-def node_from(node_id: str, document: str | None, metadata: dict[str, Any]) -> Node:
-    """A node rebuilt from its Chroma record."""
+def node_from(node_id: str, metadata: dict[str, Any]) -> Node:
+    """A node rebuilt from its Chroma record's metadata (lists left out when empty, as written)."""
     return Node(
         id=node_id,
         layer=int(metadata["layer"]),
-        text=_text_of(document, metadata),
+        text=str(metadata[TEXT_KEY]),
         tokens=int(metadata["tokens"]),
         children=tuple(metadata.get("children") or ()),
         parents=tuple(metadata.get("parents") or ()),
         source_ids=tuple(metadata.get("sources") or ()),
-        title=str(metadata.get("title", "")),
-        link=str(metadata.get("link", "")),
-        ordinal=int(metadata.get("ordinal", -1)),
-        start=int(metadata.get("start", -1)),
-        end=int(metadata.get("end", -1)),
+        title=str(metadata["title"]),
+        link=str(metadata["link"]),
+        ordinal=int(metadata["ordinal"]),
+        start=int(metadata["start"]),
+        end=int(metadata["end"]),
     )
 
 
@@ -115,18 +115,18 @@ def state_metadata(state: TreeState, previous: TreePlace | None) -> dict[str, An
 
 
 def state_from(meta: dict[str, Any]) -> TreeState:
-    """The served state from the ``state`` record's metadata (older stores' lack slot and tag)."""
+    """The served state from the ``state`` record's metadata (``sources`` left out when none)."""
     return TreeState(
         version=int(meta["version"]),
         built_at=str(meta["built_at"]),
         embedder_id=str(meta["embedder"]),
         source_ids=tuple(meta.get("sources") or ()),
         nodes_per_layer={int(k): int(v) for k, v in json.loads(str(meta["layers"])).items()},
-        revision=int(meta.get("revision", 0)),
-        forgotten=int(meta.get("forgotten", 0)),
-        replaced={str(k): str(v) for k, v in json.loads(str(meta.get("replaced") or "{}")).items()},
-        slot=int(meta.get("slot", _LEGACY)),
-        tag=str(meta.get("tag", "")),
+        revision=int(meta["revision"]),
+        forgotten=int(meta["forgotten"]),
+        replaced={str(k): str(v) for k, v in json.loads(str(meta["replaced"])).items()},
+        slot=int(meta["slot"]),
+        tag=str(meta["tag"]),
     )
 
 
@@ -136,7 +136,7 @@ def _place_json(place: TreePlace | None) -> str:
 
 def place_from_json(raw: Any) -> TreePlace | None:
     """The place a ``previous`` field of the ``state`` record names (JSON), or None for none."""
-    data = json.loads(str(raw)) if raw else None
+    data = json.loads(str(raw))
     return TreePlace(int(data["version"]), int(data["slot"]), str(data["tag"])) if data else None
 
 

@@ -3,9 +3,9 @@
 Contract: the ``state`` record of ``rc-<digest>-meta`` names the served tree (version, slot,
 tag, layer sizes, sources) and the previous one, kept for readers in flight. A switch to a new
 tree rewrites that one record: one write, so a crash leaves either the old tree or the new one
-served, never a mixture. A state naming a tree that is gone or broken (as older versions could
-leave it, or a racing build on another process) heals when read: the newest complete tree is
-served instead, and a warning says so. Read, change and write of the state happen under the
+served, never a mixture. A state naming a tree that is gone or broken (a racing build on
+another process wrote over it, or an older version left it so) heals when read: the newest
+complete tree is served instead, and a warning says so. Read, change and write of the state happen under the
 channel's state lock (:meth:`TreePool.state_lock`).
 """
 
@@ -15,15 +15,9 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from raptor_engine.errors import StoreError
 from raptor_engine.store.common import PLACEHOLDER_VECTOR, ChannelCollections, log, translated
-from raptor_engine.store.tree_format import (
-    _LEGACY,
-    TreePlace,
-    TreeState,
-    place_from_json,
-    state_from,
-    state_metadata,
-)
+from raptor_engine.store.tree_format import TreePlace, TreeState, place_from_json, state_from, state_metadata
 from raptor_engine.store.tree_pool import TreePool
 
 
@@ -57,7 +51,7 @@ class TreeStates:
             return None
         state = state_from(meta)
         self.known[state.version] = TreePlace(state.version, state.slot, state.tag)
-        previous = place_from_json(meta.get("previous"))
+        previous = place_from_json(meta["previous"])
         if previous is not None:
             self.known[previous.version] = previous
         return state
@@ -79,25 +73,29 @@ class TreeStates:
         meta = self._read_meta()
         if meta is None:
             return {}
-        served = TreePlace(int(meta["version"]), int(meta.get("slot", _LEGACY)), str(meta.get("tag", "")))
-        previous = place_from_json(meta.get("previous"))
+        served = TreePlace(int(meta["version"]), int(meta["slot"]), str(meta["tag"]))
+        previous = place_from_json(meta["previous"])
         return {p.version: p for p in (previous, served) if p is not None}
 
     def place(self, version: int) -> TreePlace:
-        """Where tree ``version`` is: the served or previous tree (or one written here)."""
+        """Where tree ``version`` is: the served or previous tree (or one written here).
+        Raises ``StoreError`` for any other: it is no longer stored, or never was."""
         if version not in self.known:
             self.known.update(self.served_places())
         if version in self.known:
             return self.known[version]
-        return self.written.get(version, TreePlace(version, _LEGACY, ""))
+        if version in self.written:
+            return self.written[version]
+        raise StoreError(f"tree v{version} is no longer stored (a newer tree is served)")
 
     def place_of(self, state: TreeState) -> TreePlace:
-        """Where the tree of a state about to be served is: its own tag, or one written here."""
+        """Where the tree of a state about to be served is: its own tag, or one written here.
+        Raises ``StoreError`` for a tree this store did not write."""
         if state.tag:
             return TreePlace(state.version, state.slot, state.tag)
         if state.version in self.written:
             return self.written[state.version]
-        return TreePlace(state.version, _LEGACY, "")
+        raise StoreError(f"tree v{state.version} was not written by this store; it cannot be served")
 
     def recheck_if_served(self, slot: int) -> None:
         """After writing to ``slot``: if a tree there got served meanwhile, this build may have
@@ -119,10 +117,7 @@ class TreeStates:
         if key in self._present or not sum(state.nodes_per_layer.values()):
             return False
         with translated("checking the served tree"):
-            if state.slot == _LEGACY:
-                found = state.version in self._pool.legacy_versions()
-            else:
-                found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
+            found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
         if found:
             self._present.add(key)
         return not found
@@ -164,12 +159,8 @@ class TreeStates:
                 metas = pool.get(where={"tree": place.tag}, include=["metadatas"])["metadatas"] or []
                 if metas and self._whole(place.tag, int(metas[0]["count"])):
                     return place, dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
-            for version in sorted(self._pool.legacy_versions(), reverse=True):
-                metas = self._pool.legacy(version).get(include=["metadatas"])["metadatas"] or []
-                if metas:
-                    return TreePlace(version, _LEGACY, ""), dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
         return None
 
 
 def _sources_of(metadatas: list[dict[str, Any]]) -> tuple[str, ...]:
-    return tuple(sorted({str(s) for m in metadatas if int(m.get("layer", 0)) == 0 for s in m.get("sources") or []}))
+    return tuple(sorted({str(s) for m in metadatas if int(m["layer"]) == 0 for s in m.get("sources") or []}))
