@@ -2,14 +2,16 @@
 
 Everything a caller needs goes through :class:`Engine`; it wires the loaders,
 chunker, embedder, tree builder, summariser, answerer and the Chroma store
-together and keeps the store's invariants (see ``store.py``).
+together and keeps the store's invariants (see ``store/__init__.py``).
 
 The facade composes and delegates: ``ingest_pipeline.py`` stores a document completely
-with its leaves, ``rebuild_pipeline.py`` builds and publishes a channel's tree, and
+with its leaves, ``rebuild_pipeline.py`` builds and publishes a channel's tree,
 ``channel_writers.py`` counts each channel's writers and cleans up after forgotten
-sources. What stays here is thin: loading files, forgetting, questions (with the served
-trees' BM25 indexes and summary maps kept in memory), kept answers and votes, notes and
-inspection. Engines are composed in one place, the application's composition root.
+sources, ``questions.py`` retrieves and answers (with the served trees' BM25 indexes
+kept in memory), ``kept_answers.py`` keeps answers and their votes, and
+``inspection.py`` reads a served tree's figures and nodes. What stays here is thin:
+loading files, forgetting, notes, and the public contract of each call. Engines are
+composed in one place, the application's composition root.
 
 Synchronous methods do blocking work (embedding, Chroma calls): async callers
 should run them in a worker thread. ``rebuild``, ``answer`` and ``answer_stream`` are
@@ -21,34 +23,25 @@ can); the offline answerer's answers are not streamed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from raptor_engine import defaults
-from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
-from raptor_engine.channel_writers import ChannelWriters, utc_now
+from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.clustering import ClusteringSettings
-from raptor_engine.errors import ChannelError, NodeNotFound, NoMaterial
+from raptor_engine.errors import ChannelError
 from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as IngestResult
+from raptor_engine.inspection import node_view, top_nodes, tree_stats
+from raptor_engine.kept_answers import KeptAnswers
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.loaders.common import default_title
 from raptor_engine.metering import SpendingLimits
-from raptor_engine.protocols import (
-    Answerer,
-    AnswerStream,
-    BuildGuard,
-    Embedder,
-    StreamingAnswerer,
-    Summarizer,
-    TokenCounter,
-)
+from raptor_engine.protocols import Answerer, AnswerStream, BuildGuard, Embedder, Summarizer, TokenCounter
+from raptor_engine.questions import Questions
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
-from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
+from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS
@@ -108,9 +101,6 @@ class Engine:
         self._indexes = ChannelIndexes()
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
-        # Votes and feedback read a kept answer, change it and write it back: two people
-        # pressing at once must not lose one of their writes.
-        self._answer_updates = threading.Lock()
         self._writers = ChannelWriters(store, self._indexes.forget)
         self._ingests = IngestPipeline(embedder, counter, settings.chunk_tokens, self._writers)
         self._leaf_profile = self._ingests.leaf_profile
@@ -126,6 +116,9 @@ class Engine:
             warm_indexes=self._indexes.tree,
             build_guard=build_guard,
         )
+        self._questions = Questions(self._channel, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
+                                    settings.retrieval)
+        self._kept = KeptAnswers(self._writers)
 
     @property
     def store(self) -> ChromaStore:
@@ -144,8 +137,7 @@ class Engine:
         All or nothing: the source is listed, built from and searched only once
         every leaf is stored. If embedding fails (``ProviderError``) nothing of
         it stays; if the process dies half-way, what was written stays invisible
-        and the next upload of the same text repairs it (``repaired``), as it
-        does a source stored by an older version without its leaves.
+        and the next upload of the same text repairs it (``repaired``).
         The same text stored twice is stored once (``duplicate`` is then True).
         Its excerpts can be retrieved at once; its summaries come with the next
         rebuild. ``progress`` hears how embedding goes (a large file takes
@@ -273,49 +265,21 @@ class Engine:
         beside both, and the ``thread`` it was given in (to tell it there when what it cites
         changes). Forgetting a source it cites removes it. The channel keeps its newest
         ``keep`` answers: storage must not grow with every question for months."""
-        sources: list[str] = []
-        hits = {hit.node.id: hit.node for hit in answer.hits}
-        for citation in answer.citations:
-            node = hits.get(citation.node_id)
-            for source_id in node.source_ids if node else ():
-                if source_id not in sources:
-                    sources.append(source_id)
-        record = AnswerRecord(answer_id, question, answer.text, asked_by, utc_now(), tuple(sources), found=answer.found,
-                              thread=thread)
-        channel = self._channel(key)
-        channel.put_answer(record)
-        channel.prune_answers(keep)
-        # An answer computed from a source forgotten meanwhile goes with it.
-        self._writers.purge_forgotten(key, channel, record.source_ids)
+        self._kept.keep(key, answer_id, question, answer, asked_by, keep, thread)
 
     def vote(self, key: ChannelKey, answer_id: str, voter: str, up: bool) -> AnswerRecord:
         """Stores ``voter``'s vote on a kept answer (a later vote replaces an earlier one).
         Raises ``ChannelError`` for an answer this channel did not keep (or has forgotten)."""
-        channel = self._channel(key)
-        with self._answer_updates:
-            record = channel.get_answer(answer_id)
-            if record is None:
-                raise ChannelError("that answer is no longer kept in this channel, so the vote was not stored")
-            updated = replace(record, votes=record.votes | {voter: 1 if up else -1})
-            channel.put_answer(updated)
-        return updated
+        return self._kept.vote(key, answer_id, voter, up)
 
     def add_feedback(self, key: ChannelKey, answer_id: str, voter: str, reason: str) -> AnswerRecord:
         """Stores what ``voter`` said was wrong with a kept answer, with their 👎 (a later
         reason replaces an earlier one). Raises ``ChannelError`` as :meth:`vote` does."""
-        channel = self._channel(key)
-        with self._answer_updates:
-            record = channel.get_answer(answer_id)
-            if record is None:
-                raise ChannelError("that answer is no longer kept in this channel, so the feedback was not stored")
-            updated = replace(record, votes=record.votes | {voter: -1},
-                              reasons=record.reasons | {voter: reason.strip()})
-            channel.put_answer(updated)
-        return updated
+        return self._kept.add_feedback(key, answer_id, voter, reason)
 
     def answers(self, key: ChannelKey) -> list[AnswerRecord]:
         """The answers kept in the channel, with their votes, oldest first."""
-        return self._channel(key).list_answers()
+        return self._kept.listed(key)
 
     # -- notes ---------------------------------------------------------------
 
@@ -338,29 +302,10 @@ class Engine:
     # -- questions -----------------------------------------------------------
 
     def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> list[Hit]:
-        """The nodes that best answer ``question``, best first, within the token budget."""
-        with self._gate.foreground():
-            return self._retrieval(key, question, settings).hits
-
-    def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
-        """The hits for ``question`` (titled) and its scope in the channel."""
-        settings = settings or self.settings.retrieval
-        channel = self._channel(key)
-        state = channel.live_state()
-        if state is not None and state.embedder_id != self._embedder.model_id:
-            raise ChannelError(
-                f"this channel's tree was built with the embedding model {state.embedder_id!r} but "
-                f"{self._embedder.model_id!r} is configured now: rebuild the channel"
-            )
-        sources = {s.id: s for s in channel.list_sources()}
-        if not sources:
-            raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
-        pending = [sid for sid in sources if state is None or sid not in state.source_ids]
-        query = Query(question, self._embedder.embed([question])[0])
-        # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
-        indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
-        found = retrieve_scoped(channel, state, query, settings, indexes)
-        return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
+        """The nodes that best answer ``question``, best first, within the token budget.
+        Raises ``NoMaterial`` for a channel without sources, ``ChannelError`` for a tree built
+        with another embedding model."""
+        return self._questions.retrieve(key, question, settings)
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None = None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used.
@@ -368,18 +313,13 @@ class Engine:
         The offline answerer also hears the question's scope: whether the channel
         holds anything about it, and whether to lead with a summary.
         """
-        with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
-            if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                return await self._answerer.answer(question, found.hits, found.scope)
-        # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
-        return await self._answerer.answer(question, found.hits)
+        return await self._questions.answer(key, question, settings)
 
     @property
     def streams_answers(self) -> bool:
         """Whether answers can be had as they are written (:meth:`answer_stream`): a language
         model's can; the offline answerer computes its answer at once and does not stream."""
-        return isinstance(self._answerer, StreamingAnswerer)
+        return self._questions.streams
 
     async def answer_stream(self, key: ChannelKey, question: str,
                             settings: RetrievalSettings | None = None) -> AnswerStream:
@@ -390,72 +330,20 @@ class Engine:
         finished ``answer`` is what :meth:`answer` gives for the same reply. An answerer that
         does not stream gives its whole answer as one piece.
         """
-        if not isinstance(self._answerer, StreamingAnswerer):
-            return _Answered(await self.answer(key, question, settings))
-        with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
-        # As in answer(): a remote model's answer is a wait, not work on our CPU.
-        return self._answerer.answer_stream(question, found.hits)
+        return await self._questions.answer_stream(key, question, settings)
 
     # -- inspecting ------------------------------------------------------------
 
     def stats(self, key: ChannelKey) -> TreeStats:
         """The served tree's version, size per layer, and how many sources changed since it was
         built: added, removed, or replaced by a new version (each such source counted once)."""
-        channel = self._channel(key)
-        state = channel.live_state()
-        source_ids = {s.id for s in channel.list_sources()}
-        if state is None:
-            return TreeStats(key, 0, "", len(source_ids), {}, len(source_ids))
-        standing_in = {new for new in state.replaced.values() if new in source_ids}
-        gone_since = sum(1 for new in state.replaced.values() if new not in source_ids)
-        added = len(source_ids - set(state.source_ids) - standing_in)
-        missing = len(set(state.source_ids) - source_ids)  # as forgotten; a forget finishing now
-        pending = added + len(standing_in) + state.forgotten + gone_since + missing
-        return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending,
-                         changed_sources=len(standing_in))
+        return tree_stats(key, self._channel(key))
 
     def node(self, key: ChannelKey, node_id: str) -> NodeView:
         """A node of the served tree with its children and parents. Raises ``NodeNotFound``."""
-        channel = self._channel(key)
-        state = channel.live_state()
-        found = channel.get_nodes(state.version, [node_id]) if state else []
-        if not found:
-            raise NodeNotFound(f"no node {node_id!r} in this channel's tree")
-        node = found[0]
-        children = channel.get_nodes(state.version, node.children) if state else []
-        parents = channel.get_nodes(state.version, node.parents) if state else []
-        return NodeView(node, tuple(children), tuple(parents))
+        return node_view(self._channel(key), node_id)
 
     def top_nodes(self, key: ChannelKey, limit: int = 5) -> list[Node]:
         """The nodes of the served tree's highest layer (the root first), at most ``limit``."""
-        channel = self._channel(key)
-        state = channel.live_state()
-        if state is None or not state.nodes_per_layer:
-            return []
-        top = max(state.nodes_per_layer)
-        return channel.list_layer(state.version, top, limit)
-
-
-class _Answered:
-    """An :class:`AnswerStream` of an answer already made: its text as one piece."""
-
-    def __init__(self, answer: Answer) -> None:
-        self._answer = answer
-
-    @property
-    def answer(self) -> Answer:
-        return self._answer
-
-    async def __aiter__(self) -> AsyncIterator[str]:
-        if self._answer.text:
-            yield self._answer.text
-
-
-def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:
-    """Fills in the title and link of hits from sources not yet in the tree."""
-    if hit.node.title or not hit.node.source_ids or hit.node.source_ids[0] not in sources:
-        return hit
-    source = sources[hit.node.source_ids[0]]
-    return replace(hit, node=replace(hit.node, title=source.title, link=source.link))
+        return top_nodes(self._channel(key), limit)
 

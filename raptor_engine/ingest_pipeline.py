@@ -6,8 +6,8 @@ the public side):
 * :meth:`~IngestPipeline.ingest` stores a document's text as a source of the channel with its
   embedded leaves. The source is listed, built from and searched only once every leaf is
   stored: if embedding fails nothing of it stays; if the process dies half-way what was
-  written stays invisible, and the next ingest of the same text repairs it, as it does a
-  source stored by an older version without its leaves. The same text is stored once. The
+  written stays invisible, and the next ingest of the same text repairs it. The same text is
+  stored once. The
   caller counts itself a writer of the channel around it (``ChannelWriters.writing``).
 * :meth:`~IngestPipeline.chunk_and_embed` chunks a text and embeds it in slices of
   ``EMBED_SLICE`` chunks, reporting progress between slices.
@@ -71,12 +71,10 @@ class IngestPipeline:
         channel = self._writers.channel(key)
         source_id = hashlib.sha256(text.encode()).hexdigest()
         record = self._settled_record(key, channel, source_id)
-        if record is not None and self._is_complete(channel, *record):
+        if record is not None and record[1] is SourceState.STORED:
             return IngestResult(record[0], duplicate=True, leaves=0)
-        legacy = record is not None and record[1] is SourceState.LEGACY
-        # A legacy record keeps its own title and stamps: it stays listed as it was.
-        source = record[0] if legacy and record else _new_source(document, text, source_id)
-        leaves = self._store_completely(key, channel, source, text, record is not None, legacy, progress)
+        source = _new_source(document, text, source_id)
+        leaves = self._store_completely(key, channel, source, text, record is not None, progress)
         verb = "repaired" if record else "stored"
         log.info("channel %s: %s source %s (%d leaves)", key, verb, source_id[:12], leaves)
         return IngestResult(source, duplicate=False, leaves=leaves, repaired=record is not None)
@@ -125,12 +123,6 @@ class IngestPipeline:
             return None
         return record
 
-    def _is_complete(self, channel: ChannelStore, source: Source, state: SourceState) -> bool:
-        """Whether a stored record needs no repair; a legacy one is complete if it has leaves."""
-        if state is SourceState.LEGACY:
-            return channel.has_leaves(self.leaf_profile, source.id)
-        return state is SourceState.STORED
-
     def _store_completely(
         self,
         key: ChannelKey,
@@ -138,26 +130,21 @@ class IngestPipeline:
         source: Source,
         text: str,
         repairing: bool,
-        legacy: bool,
         progress: ProgressCallback | None,
     ) -> int:
         """Writes the text (invisible), every leaf, then marks the source stored; the number of leaves.
 
-        A legacy record stays listed as it was while its leaves are added. On any
-        failure, a source that was not listed before is removed again. Raises
-        ``ChannelError`` if the source was forgotten meanwhile (only a listed,
-        legacy one can be): its leaves written here are removed then.
+        On any failure the source is removed again. Raises ``ChannelError`` if the source was
+        forgotten meanwhile: its leaves written here are removed then.
         """
-        if not legacy:
-            channel.put_source(source, text, SourceState.STORING)
+        channel.put_source(source, text, SourceState.STORING)
         try:
             if repairing:
                 channel.delete_leaves(source.id, self.leaf_profile)  # a crash's partial leaves
             chunks, vectors = self.chunk_and_embed(source.id, text, progress=progress)
             channel.put_leaves(self.leaf_profile, chunks, vectors)
         except BaseException:
-            if not legacy:
-                _discard(channel, source.id)
+            _discard(channel, source.id)
             raise
         channel.set_source_state(source.id, SourceState.STORED)  # does nothing to a forgotten record
         if self._writers.purge_forgotten(key, channel, [source.id]):

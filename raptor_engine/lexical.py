@@ -17,9 +17,11 @@ import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import CountVectorizer
 
-_WORD = r"(?u)\b\w\w+\b"
+# What counts as a word, for the lexical index and for anything that must split text the same way:
+# two or more letters or digits (scikit-learn's default token pattern).
+WORD_PATTERN = r"(?u)\b\w\w+\b"
 _SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
-_analyse = CountVectorizer(lowercase=True, stop_words="english", token_pattern=_WORD).build_analyzer()
+_analyse = CountVectorizer(lowercase=True, stop_words="english", token_pattern=WORD_PATTERN).build_analyzer()
 
 
 def terms(text: str) -> list[str]:
@@ -55,7 +57,7 @@ class TermCounts:
 
 def count_terms(ids: Sequence[str], texts: Sequence[str]) -> TermCounts:
     """The :class:`TermCounts` of ``texts`` (``ids`` row for row), words as :func:`terms` finds them."""
-    vectorizer = CountVectorizer(lowercase=True, stop_words="english", token_pattern=_WORD, dtype=np.float64)
+    vectorizer = CountVectorizer(lowercase=True, stop_words="english", token_pattern=WORD_PATTERN, dtype=np.float64)
     try:
         counts = sparse.csr_matrix(vectorizer.fit_transform(texts), dtype=np.float64)
     except ValueError:  # no indexable word at all (empty, or only stop words)

@@ -51,7 +51,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 
 from raptor_engine import defaults
 from raptor_engine.chunking import sentences as sentences_of
-from raptor_engine.lexical import _WORD
+from raptor_engine.lexical import WORD_PATTERN
 from raptor_engine.protocols import TokenCounter
 
 DEFAULT_SUMMARY_TOKENS = defaults.SUMMARY_TOKENS
@@ -65,7 +65,7 @@ NEAR_DUPLICATE = 0.8
 
 # The same analyser as the BM25 index (lower case, two or more word characters, English
 # stop words removed), so a "word" means one thing across the engine.
-_content_words = CountVectorizer(lowercase=True, stop_words="english", token_pattern=_WORD).build_analyzer()
+_content_words = CountVectorizer(lowercase=True, stop_words="english", token_pattern=WORD_PATTERN).build_analyzer()
 
 
 class ExtractiveSummarizer:

@@ -14,7 +14,9 @@ dependency a reader has to follow).
   ``adapters``) never imports it;
 * shipped code (``raptor_engine``, ``bot``, ``adapters``, ``bench``, ``testkit``) never
   imports ``tests``;
-* no two modules import each other, directly or round a longer cycle.
+* no two modules import each other, directly or round a longer cycle;
+* no module of ``raptor_engine``, ``bot`` or ``adapters`` imports another module's private
+  (underscore-prefixed) name: what modules share is public, with a docstring saying so.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ ENGINE_API = frozenset({"raptor_engine", "raptor_engine.defaults"})
 # What adapters may import of bot: its public surface (README, "A new platform").
 BOT_SURFACE = frozenset({"bot", "bot.neutral", "bot.runtime", "bot.replies", "bot.commands", "bot.config",
                          "bot.errors", "bot.samples"})
+# Packages whose modules share only public names, among themselves and with each other.
+NO_PRIVATE_IMPORTS = frozenset({"raptor_engine", "bot", "adapters"})
 
 
 def module_name(path: Path) -> str:
@@ -56,18 +60,37 @@ def modules() -> dict[str, Path]:
 
 def imported_names(path: Path, name: str) -> Iterator[str]:
     """The dotted names ``path`` imports (``from a.b import c`` gives ``a.b.c`` and ``a.b``)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = import_base(node, path, name)
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def import_base(node: ast.ImportFrom, path: Path, name: str) -> str:
+    """The module a ``from ... import`` in module ``name`` (at ``path``) imports from, relative ones resolved."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    anchor = package.split(".")
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join([*anchor, base] if base else anchor)
+
+
+def private_imports(path: Path, name: str) -> list[str]:
+    """Each private (underscore-prefixed, not dunder) name that module ``name`` imports from a
+    module of the packages in ``NO_PRIVATE_IMPORTS``, as ``module -> origin.name``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = import_base(node, path, name)
+            if top(base) in NO_PRIVATE_IMPORTS:
+                found += [f"{name} -> {base}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
 
 
 def resolve(target: str, known: dict[str, Path]) -> str | None:
@@ -202,6 +225,25 @@ def test_allowed_edges_pass() -> None:
              "bot.neutral": {"raptor_engine"}, "bot.config": {"raptor_engine.defaults"},
              "bench.slack_chat": {"testkit.slack_api", "adapters.slack.app"}}
     assert back_edges(graph) == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    found = [hit for name, path in modules().items() if top(name) in NO_PRIVATE_IMPORTS
+             for hit in private_imports(path, name)]
+    assert found == []
+
+
+def test_private_imports_are_found_absolute_and_relative(tmp_path: Path) -> None:
+    path = tmp_path / "channel.py"
+    path.write_text("from raptor_engine.store.common import _translated, TEXT_KEY\n"
+                    "from .sources import _LISTED\nfrom . import __version__\n"
+                    "from collections import _private_stdlib\n"
+                    "def later():\n    from bot.config import _section\n", encoding="utf-8")
+    assert private_imports(path, "raptor_engine.store.channel") == [
+        "raptor_engine.store.channel -> raptor_engine.store.common._translated",
+        "raptor_engine.store.channel -> raptor_engine.store.sources._LISTED",
+        "raptor_engine.store.channel -> bot.config._section",
+    ]
 
 
 def test_a_cycle_round_three_modules_is_found() -> None:

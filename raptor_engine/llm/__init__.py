@@ -12,15 +12,18 @@ On top of it:
   checks the ``[n]`` citations it gets back;
 * :class:`OpenAIEmbedder` (:mod:`.embedder`) embeds through ``/v1/embeddings``.
 
-Reliability, threading and metering live in :mod:`.client`; the wording of
-failures in :mod:`.failures`. Contract of this module: it re-exports the
+The requests and their metering live in :mod:`.client`, with its settings in
+:mod:`.settings`; retries and the errors of failed calls in :mod:`.retries`, the
+wording of failures in :mod:`.failures`; reading responses in :mod:`.responses`;
+the client's own event loop thread in :mod:`.event_loop`. Contract of this module: it re-exports the
 names code outside the package imports, and nothing else; everything else is
 imported from its submodule.
 """
 
 from raptor_engine.llm.answerer import NO_CITATION_WARNING, LLMAnswerer
-from raptor_engine.llm.client import LLMClient, LLMSettings
+from raptor_engine.llm.client import LLMClient
 from raptor_engine.llm.embedder import OpenAIEmbedder
+from raptor_engine.llm.settings import LLMSettings
 from raptor_engine.llm.summarizer import SUMMARY_SYSTEM, LLMSummarizer
 
 __all__ = [

@@ -32,7 +32,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 
 from raptor_engine.answering import NOT_FOUND, cite
-from raptor_engine.llm.client import LLMClient, LLMSettings, prompt_hash
+from raptor_engine.llm.client import LLMClient
+from raptor_engine.llm.settings import LLMSettings, prompt_hash
 from raptor_engine.types import Answer, Hit
 
 log = logging.getLogger(__name__)

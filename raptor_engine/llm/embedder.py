@@ -30,7 +30,7 @@ class OpenAIEmbedder:
     bound) with the client's retry policy; rows come back L2-normalised
     float32. ``dimension`` is found by embedding a probe text on first use if
     not given. ``embed`` is synchronous, as the protocol wants: it blocks the
-    calling thread on the client's event loop (see :mod:`raptor_engine.llm.client`), so
+    calling thread on the client's event loop (see :mod:`raptor_engine.llm.event_loop`), so
     it works from worker threads and, blocking it, from an event loop too;
     async code may prefer :meth:`aembed`.
     """

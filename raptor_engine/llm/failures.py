@@ -2,7 +2,7 @@
 
 Contract: :func:`translate` turns the exception of one attempt into a
 :class:`Failure` (its kind decides whether the retry loop in
-:mod:`raptor_engine.llm.client` tries again) or None for an exception we do
+:mod:`raptor_engine.llm.retries` tries again) or None for an exception we do
 not know, which the caller re-raises untouched as a bug. This module is the
 only place that knows the ``openai`` package's exception classes; a
 ``Failure``'s ``detail`` completes "the model server at X (model Y) ..." and

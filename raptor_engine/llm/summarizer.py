@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from raptor_engine.llm.client import LLMClient, LLMSettings, prompt_hash
+from raptor_engine.llm.client import LLMClient
+from raptor_engine.llm.settings import LLMSettings, prompt_hash
 from raptor_engine.protocols import TokenCounter
 
 # The paper's prompt, with each member text delimited as data: a document saying "ignore

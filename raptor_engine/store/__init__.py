@@ -8,8 +8,7 @@ Each channel owns its own collections, named from a digest of its
                                embedding model and chunk size (the leaf cache)
 - ``rc-<digest>-sum-<prof>``   summaries by content hash of their cluster (the summary cache)
 - ``rc-<digest>-tree``         the trees: a pool of records in ``TREE_SLOTS`` slots, reused
-                               build after build (``rc-<digest>-t<version>``, one collection
-                               per version, is how older stores kept them: still read)
+                               build after build
 - ``rc-<digest>-meta``         one record naming the tree that is served, one of the channel's notes
 - ``rc-<digest>-answers``      answers kept with their questions, citations and votes
 
@@ -21,8 +20,13 @@ stays until the next build writes over it, so a reader that has just looked up
 the old version can still finish its query. Storage stays bounded: single-node Chroma
 never reclaims a deleted collection or record (chroma-core/chroma issue 5259),
 but it updates a record written over in place. A state naming a tree that is
-gone (as older versions could leave it) heals when read: the newest complete
+gone (a racing build wrote over it) heals when read: the newest complete
 tree is served, and a warning says so.
+
+The registry ``rc-channels`` lists every channel with the format of its records
+(``STORE_FORMAT``). Records an earlier version wrote are rewritten to the current
+format once, when the store or the channel is opened (``migrations.py``); every
+other module reads the current format only.
 
 A source's first text segment carries its :class:`SourceState`. Only a stored
 source is listed, built from or searched: ingest writes the text as
@@ -55,6 +59,7 @@ The package, one module per seam (each module's docstring states its contract):
 
 - ``common.py``       a channel's collections, naming, opening, batching, error translation
 - ``chroma.py``       :class:`ChromaStore`: opening embedded or remote Chroma, reclaiming space
+- ``migrations.py``   records of earlier versions brought to the current format, once per channel
 - ``channel.py``      :class:`ChannelStore`: the thin aggregate callers use, delegating to:
 - ``sources.py``      source texts and states
 - ``leaves.py``       the leaf cache
@@ -62,7 +67,7 @@ The package, one module per seam (each module's docstring states its contract):
 - ``answers.py``      kept answers
 - ``notes.py``        the channel's notes
 - ``tree_format.py``  the served state and nodes as Chroma records (no Chroma call)
-- ``tree_pool.py``    the tree pool, older stores' tree collections, the per-channel locks
+- ``tree_pool.py``    the tree pool and the per-channel locks
 - ``tree_state.py``   which tree is served, and healing a missing one
 - ``tree_builds.py``  writing a tree and switching to it
 - ``tree_reads.py``   queries and lookups of tree nodes

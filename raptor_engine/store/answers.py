@@ -2,9 +2,9 @@
 
 Contract: ``rc-<digest>-answers`` holds one record per answer, id the answer's id, its text
 under ``TEXT_KEY``, the question, asker, time, votes and reasons (JSON) and whether it was
-found and whether it cites material that changed after it was given (``changed``) in its
-metadata (answers kept before those fields read as found and unchanged, without reasons), and the ids of
-the sources it cites under ``sources`` (left out when none: Chroma refuses empty lists).
+found and whether it cites material that changed after it was given (``changed``), the thread it
+was given in and when it was kept (``kept_ns``) in its metadata, and the ids of the sources it
+cites under ``sources`` (left out when none: Chroma refuses empty lists).
 Answers quote their sources, so forgetting a source deletes the answers citing it; a source
 replaced by a new version passes its answers on to it (:meth:`Answers.pass_on`). Only the
 newest are kept (:meth:`Answers.prune`).
@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, TEXT_KEY, ChannelCollections, translated
 from raptor_engine.types import AnswerRecord
 
 
@@ -47,20 +47,19 @@ class Answers:
         }
         if record.source_ids:
             metadata["sources"] = list(record.source_ids)
-        with _translated("keeping an answer"):
-            self._answers().upsert(ids=[record.answer_id], metadatas=[metadata], embeddings=[_PLACEHOLDER])
+        with translated("keeping an answer"):
+            self._answers().upsert(ids=[record.answer_id], metadatas=[metadata], embeddings=[PLACEHOLDER_VECTOR])
 
     def prune(self, keep: int) -> int:
         """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went.
         Counted on every call (cheap), but pruned only once the excess is a tenth of ``keep``
         (at least 10), so that answering does not read every answer each time."""
-        with _translated("pruning kept answers"):
+        with translated("pruning kept answers"):
             answers = self._answers()
             if answers.count() <= keep + max(10, keep // 10):
                 return 0
             got = answers.get(include=["metadatas"])
-            ages = sorted(((m or {}).get("answered_at", ""), (m or {}).get("kept_ns", 0), answer_id)
-                          for m, answer_id in zip(got["metadatas"], got["ids"]))
+            ages = sorted((str(m["answered_at"]), int(m["kept_ns"]), answer_id) for m, answer_id in zip(got["metadatas"], got["ids"]))
             doomed = [answer_id for _, _, answer_id in ages[: len(ages) - keep]]
             for start, end in self._at.batches(len(doomed)):
                 answers.delete(ids=doomed[start:end])
@@ -68,26 +67,26 @@ class Answers:
 
     def get(self, answer_id: str) -> AnswerRecord | None:
         """The kept answer with this id, or None."""
-        with _translated("reading an answer"):
-            got = self._answers().get(ids=[answer_id], include=["documents", "metadatas"])
+        with translated("reading an answer"):
+            got = self._answers().get(ids=[answer_id], include=["metadatas"])
         if not got["ids"]:
             return None
-        return _answer_from(got["ids"][0], got["documents"][0], got["metadatas"][0])
+        return _answer_from(got["ids"][0], got["metadatas"][0])
 
     def listed(self) -> list[AnswerRecord]:
         """Every kept answer, oldest first."""
-        with _translated("listing answers"):
-            got = self._answers().get(include=["documents", "metadatas"])
-        records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+        with translated("listing answers"):
+            got = self._answers().get(include=["metadatas"])
+        records = [_answer_from(i, m) for i, m in zip(got["ids"], got["metadatas"])]
         return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
 
     def pass_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
         """The answers citing ``source_id`` made to cite ``successor`` instead and marked
         ``changed``; returns them as they were before (``changed`` says which were marked already)."""
-        with _translated("passing answers on to a new version of their source"):
+        with translated("passing answers on to a new version of their source"):
             answers = self._answers()
-            got = answers.get(where={"sources": {"$contains": source_id}}, include=["documents", "metadatas"])
-            records = [_answer_from(i, d, m) for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])]
+            got = answers.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+            records = [_answer_from(i, m) for i, m in zip(got["ids"], got["metadatas"])]
             updated = [replace(r, source_ids=_swapped(r.source_ids, source_id, successor), changed=True) for r in records]
             for start, end in self._at.batches(len(updated)):
                 answers.update(ids=[r.answer_id for r in updated[start:end]],
@@ -96,7 +95,7 @@ class Answers:
 
     def delete_citing(self, source_id: str) -> None:
         """Deletes the answers citing ``source_id`` (it is forgotten)."""
-        with _translated("deleting a source"):
+        with translated("deleting a source"):
             self._answers().delete(where={"sources": {"$contains": source_id}})
 
 
@@ -105,11 +104,10 @@ def _swapped(source_ids: tuple[str, ...], old: str, new: str) -> tuple[str, ...]
     return tuple(dict.fromkeys(new if i == old else i for i in source_ids))
 
 
-def _answer_from(answer_id: str, document: str | None, metadata: dict[str, Any] | None) -> AnswerRecord:
-    meta = metadata or {}
-    votes = {str(k): int(v) for k, v in json.loads(str(meta.get("votes", "{}"))).items()}
-    reasons = {str(k): str(v) for k, v in json.loads(str(meta.get("reasons", "{}"))).items()}
-    return AnswerRecord(answer_id, str(meta.get("question", "")), _text_of(document, meta), str(meta.get("asked_by", "")),
-                        str(meta.get("answered_at", "")), tuple(meta.get("sources") or ()), votes,
-                        found=bool(meta.get("found", True)), reasons=reasons,
-                        changed=bool(meta.get("changed", False)), thread=str(meta.get("thread", "")))
+def _answer_from(answer_id: str, meta: dict[str, Any]) -> AnswerRecord:
+    votes = {str(k): int(v) for k, v in json.loads(str(meta["votes"])).items()}
+    reasons = {str(k): str(v) for k, v in json.loads(str(meta["reasons"])).items()}
+    return AnswerRecord(answer_id, str(meta["question"]), str(meta[TEXT_KEY]), str(meta["asked_by"]),
+                        str(meta["answered_at"]), tuple(meta.get("sources") or ()), votes,
+                        found=bool(meta["found"]), reasons=reasons, changed=bool(meta["changed"]),
+                        thread=str(meta["thread"]))

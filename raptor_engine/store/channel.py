@@ -19,7 +19,7 @@ from raptor_engine.store.answers import Answers
 from raptor_engine.store.common import ChannelCollections
 from raptor_engine.store.leaves import Leaves
 from raptor_engine.store.notes import Notes
-from raptor_engine.store.sources import _LISTED, Sources, SourceState
+from raptor_engine.store.sources import Sources, SourceState
 from raptor_engine.store.summaries import Summaries
 from raptor_engine.store.tree_builds import TreeBuilds
 from raptor_engine.store.tree_forget import TreeForget
@@ -50,8 +50,8 @@ class ChannelStore:
     # -- the whole channel ---------------------------------------------------
 
     def holds_no_source(self) -> bool:
-        """Whether the channel holds no source at all, in any state (storing, stored,
-        forgetting, or written before states): nothing is left to build from or to finish."""
+        """Whether the channel holds no source at all, in any state (storing, stored or
+        forgetting): nothing is left to build from or to finish."""
         return self._sources.holds_none()
 
     def drop(self) -> int:
@@ -75,13 +75,13 @@ class ChannelStore:
     # -- sources -----------------------------------------------------------
 
     def put_source(self, source: Source, text: str, state: SourceState = SourceState.STORED) -> None:
-        """Stores a source's text and description in one write, in ``state`` (not ``LEGACY``)."""
+        """Stores a source's text and description in one write, in ``state``."""
         self._sources.put(source, text, state)
 
     def get_source(self, source_id: str) -> Source | None:
-        """The listed source with this id (stored, or legacy), or None."""
+        """The listed (stored) source with this id, or None."""
         record = self.source_record(source_id)
-        return record[0] if record and record[1] in _LISTED else None
+        return record[0] if record and record[1] is SourceState.STORED else None
 
     def source_record(self, source_id: str) -> tuple[Source, SourceState] | None:
         """The source with this id and its state, whatever the state; None if there is no record."""
@@ -92,12 +92,12 @@ class ChannelStore:
         self._sources.set_state(source_id, state)
 
     def list_sources(self, external_id: str | None = None) -> list[Source]:
-        """Every listed (stored, or legacy) source of the channel, oldest first; with
+        """Every listed (stored) source of the channel, oldest first; with
         ``external_id``, only the sources of that message or file (one lookup)."""
         return self._sources.listed(external_id)
 
     def sources_in_state(self, state: SourceState) -> list[str]:
-        """The ids of the sources in ``state`` (not ``LEGACY``), e.g. forgets that were interrupted."""
+        """The ids of the sources in ``state``, e.g. forgets that were interrupted."""
         return self._sources.in_state(state)
 
     def forgotten_among(self, source_ids: Iterable[str]) -> set[str]:
@@ -220,8 +220,7 @@ class ChannelStore:
         self._tree_builds.discard(version)
 
     def drop_stale_trees(self) -> None:
-        """Frees trees this store wrote that never got served (crashed or failed builds), and
-        drops trees of older stores newer than the served one."""
+        """Frees trees this store wrote that never got served (crashed or failed builds)."""
         self._tree_builds.drop_stale()
 
     def query_tree(

@@ -4,7 +4,8 @@ Contract: Chroma is opened embedded (a data directory of this process) or remote
 server, with token or HTTP basic credentials); either way a failure to open is a
 ``StoreUnavailable`` or ``StoreError`` whose message names no credential. A store hands out
 one :class:`ChannelStore` per channel, registering the channel in ``rc-channels`` on first
-use. On the embedded store it also reclaims the disk space Chroma keeps after deleting
+use. Opening a store brings the records earlier versions wrote to the current format, once
+(``migrations.py``). On the embedded store it also reclaims the disk space Chroma keeps after deleting
 collections, and tidies what rebuilds leave behind (``reclaim.py``); a Chroma server keeps
 those files (chroma issue 5259), and only its operator can reclaim them.
 """
@@ -18,15 +19,8 @@ from typing import Any
 from raptor_engine.errors import StoreError, StoreUnavailable
 from raptor_engine.reclaim import Reclaimed, reclaim, tidy as tidy_database
 from raptor_engine.store.channel import ChannelStore
-from raptor_engine.store.common import (
-    _PLAIN_CONFIG,
-    REGISTRY_COLLECTION,
-    _opened,
-    _register,
-    _translated,
-    channel_digest,
-    log,
-)
+from raptor_engine.store.common import channel_digest, log, open_registry, translated
+from raptor_engine.store.migrations import migrate_listed, open_channel
 from raptor_engine.types import ChannelKey
 
 
@@ -43,17 +37,19 @@ class ChromaStore:
     def embedded(cls, path: Path) -> ChromaStore:
         """Chroma embedded in this process, persisted under ``path``.
 
-        What a crash between dropping a channel and reclaiming its space left behind is
-        reclaimed here, cheaply (:meth:`reclaim` with ``only_if_worth``); a failure of that is
-        logged, not raised: the store works without it.
+        Records earlier versions wrote are brought to the current format first
+        (``migrations.py``). What a crash between dropping a channel and reclaiming its space
+        left behind is reclaimed here, cheaply (:meth:`reclaim` with ``only_if_worth``); a
+        failure of that is logged, not raised: the store works without it.
         """
         import chromadb
         from chromadb.config import Settings
 
-        with _translated(f"opening {path}"):
+        with translated(f"opening {path}"):
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
         store = cls(client, path)
+        migrate_listed(client)
         try:
             store.reclaim(only_if_worth=True)
         except StoreError as exc:
@@ -71,7 +67,8 @@ class ChromaStore:
         names it), ``username`` and ``password`` as HTTP basic. ``tenant`` and
         ``database`` must exist on the server. Raises ``StoreUnavailable`` when the
         server cannot be reached, ``StoreError`` when it refuses the credentials or has
-        no such tenant or database. No credential appears in an error message.
+        no such tenant or database. No credential appears in an error message. Records
+        earlier versions wrote are brought to the current format first (``migrations.py``).
         """
         import chromadb
         from chromadb.config import Settings
@@ -92,6 +89,7 @@ class ChromaStore:
             raise StoreUnavailable(f"{where} failed to open: {exc}") from exc
         except Exception as exc:
             raise StoreUnavailable(f"cannot reach {where}: {exc}") from exc
+        migrate_listed(client)
         return cls(client)
 
     def reachable(self) -> bool:
@@ -124,9 +122,10 @@ class ChromaStore:
         return {}
 
     def channel(self, key: ChannelKey) -> ChannelStore:
-        """The store of one channel; registers the channel on first use."""
+        """The store of one channel; registers the channel on first use, its records brought to
+        the current format first if an earlier version wrote them (``migrations.py``)."""
         digest = channel_digest(key)
-        _register(self._client, key, digest)
+        open_channel(self._client, key, digest)
         return ChannelStore(self._client, key, digest)
 
     def reclaim(self, only_if_worth: bool = False) -> Reclaimed | None:
@@ -163,8 +162,8 @@ class ChromaStore:
 
     def channels(self) -> list[ChannelKey]:
         """Every channel that has ever been used, in a stable order."""
-        with _translated("listing channels"):
-            registry = _opened(self._client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+        with translated("listing channels"):
+            registry = open_registry(self._client)
             metadatas = registry.get(include=["metadatas"])["metadatas"] or []
         keys = [ChannelKey(str(m["platform"]), str(m["workspace"]), str(m["channel"])) for m in metadatas]
         return sorted(keys, key=str)

@@ -1,10 +1,11 @@
 """What every part of the store shares: the Chroma collections of one channel and how they are
-named and opened, error translation, batching, and how a record's text is kept.
+named and opened, the registry of channels, error translation, batching, and how a record's
+text is kept.
 
 Contract: nothing here knows a record kind. :class:`ChannelCollections` names a channel's
 collections ``rc-<digest>-<suffix>`` and opens them with a short write log; collections are
 opened on each use (Chroma hands out a cheap handle), except those kept in a
-:class:`_Reopening` wrapper. Every Chroma call made here runs inside :func:`_translated`, so
+:class:`ReopeningCollection` wrapper. Every Chroma call made here runs inside :func:`translated`, so
 only :class:`~raptor_engine.errors.StoreError` (or ``StoreUnavailable``) leaves.
 """
 
@@ -24,7 +25,8 @@ from raptor_engine.types import ChannelKey
 log = logging.getLogger("raptor_engine.store")
 
 REGISTRY_COLLECTION = "rc-channels"
-_PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vector
+# The vector of records that are looked up by id only (sources, answers, notes): Chroma wants one.
+PLACEHOLDER_VECTOR = [1.0]
 # Chroma writes every record to its log (SQLite), with its vector and text, before answering,
 # and replays the log into the vector index on open; the index itself is saved, and the log
 # purged up to it, every sync_threshold records (1,000 by default), per collection. A channel
@@ -33,23 +35,31 @@ _PLACEHOLDER = [1.0]  # records that are looked up by id only still need a vecto
 # 100). A lower threshold keeps the replay, and the log kept for it, short. 50, not 100: the log
 # was then the largest part of what the data directory swung by between compactions in the
 # 15-minute soak, and writing 15,000 records took 34.6 s against 33.6 s at 100.
-_SHORT_LOG = {"sync_threshold": 50, "batch_size": 50}
-_PLAIN_CONFIG = {"hnsw": dict(_SHORT_LOG)}
-_COSINE_CONFIG = {"hnsw": {"space": "cosine", **_SHORT_LOG}}
+SHORT_LOG = {"sync_threshold": 50, "batch_size": 50}
+# How collections are created: looked up by id only (default space), or searched by cosine similarity.
+PLAIN_CONFIG = {"hnsw": dict(SHORT_LOG)}
+COSINE_CONFIG = {"hnsw": {"space": "cosine", **SHORT_LOG}}
 # Where a record's text is kept: its metadata, not Chroma's document. Chroma's SQLite store
 # indexes every document in a trigram full-text index, about three times the text, and keeps
 # each document written over as a deletion marker until the index's segments merge; a rebuild
 # writes a whole tree over an older one. Nothing here searches that index (lexical search is
 # ours). Measured (20 rewrites of a 1,000-record pool of 90-word texts): 15.7 MiB on disk with
 # documents, 5.7 MiB with the text in metadata, and writing took 12.3 s instead of 18.8 s.
-# Records of older stores have documents and no such key: their documents are read instead
-# (and stay, unread, when a record is written over: Chroma's upsert keeps a document not given).
+# Older stores kept texts as documents: the migration (``migrations.py``) copied them here, and
+# the documents stay, unread (Chroma's upsert keeps a document not given).
 TEXT_KEY = "text"
+# The layout of a channel's records that this version reads and writes. A channel's registry
+# entry records it under FORMAT_KEY; an entry without it was written before there was any
+# migration, and ``migrations.py`` brings such a channel's records to this format once.
+STORE_FORMAT = 2
+FORMAT_KEY = "format"
 
 
 @contextmanager
-def _translated(action: str) -> Iterator[None]:
-    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action."""
+def translated(action: str) -> Iterator[None]:
+    """Turns any failure of Chroma underneath into a ``StoreError`` naming the action (a
+    ``StoreUnavailable`` when Chroma cannot be reached); the engine's own errors pass as they are.
+    Every Chroma call of the store runs inside it."""
     try:
         yield
     except RaptorError:
@@ -73,23 +83,19 @@ def profile_digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:8]
 
 
-def _opened(client: Any, name: str, configuration: dict[str, Any]) -> Any:
-    """The collection ``name``, created with ``configuration`` if it is new. One created by an
-    older version, with Chroma's default log threshold, is changed to the short log once
-    (the space of an existing collection cannot change, and need not)."""
-    return _with_short_log(client.get_or_create_collection(name, embedding_function=None, configuration=configuration))
+def open_collection(client: Any, name: str, configuration: dict[str, Any]) -> Any:
+    """The collection ``name`` of ``client``, created with ``configuration`` if it is new (an
+    existing one keeps its own: the migration gave those of older versions the short log)."""
+    return client.get_or_create_collection(name, embedding_function=None, configuration=configuration)
 
 
-def _with_short_log(collection: Any) -> Any:
-    """``collection``, its log threshold made short if it is not (see :func:`_opened`)."""
-    # configuration_json: the parsed `configuration` warns about our embedding_function=None.
-    hnsw = (getattr(collection, "configuration_json", None) or {}).get("hnsw") or {}
-    if hnsw and hnsw.get("sync_threshold") != _SHORT_LOG["sync_threshold"]:
-        collection.modify(configuration={"hnsw": dict(_SHORT_LOG)})
-    return collection
+def open_registry(client: Any) -> Any:
+    """The registry of channels, ``rc-channels``: one record per channel ever used, id its
+    digest, its key (and the store format of its records) in the metadata."""
+    return open_collection(client, REGISTRY_COLLECTION, PLAIN_CONFIG)
 
 
-class _Reopening:
+class ReopeningCollection:
     """A kept collection handle that opens its collection once more when Chroma says it does not
     exist: the channel was dropped (by another process, or another engine) and is used again.
 
@@ -98,9 +104,9 @@ class _Reopening:
     (get, query, upsert, update, delete) does nothing before failing so, and is safe to repeat.
     """
 
-    def __init__(self, open_collection: Callable[[], Any]) -> None:
-        self._open = open_collection
-        self._collection = open_collection()
+    def __init__(self, opener: Callable[[], Any]) -> None:
+        self._open = opener
+        self._collection = opener()
 
     def __getattr__(self, name: str) -> Any:
         if not callable(getattr(self._collection, name)):
@@ -118,22 +124,24 @@ class _Reopening:
         return call
 
 
-def _register(client: Any, key: ChannelKey, digest: str) -> None:
-    """Lists the channel in the registry (``ChromaStore.channels``) if it is not."""
-    with _translated("registering the channel"):
-        registry = _opened(client, REGISTRY_COLLECTION, _PLAIN_CONFIG)
+def register_channel(client: Any, key: ChannelKey, digest: str) -> None:
+    """Lists the channel in the registry (``ChromaStore.channels``), its records in the current
+    ``STORE_FORMAT``, if it is not listed. Only for a channel whose records are all of this
+    version's writing (a new one, or one dropped and started anew); see ``migrations.py``."""
+    with translated("registering the channel"):
+        registry = open_registry(client)
         if not registry.get(ids=[digest], include=[])["ids"]:
-            registry.upsert(
-                ids=[digest],
-                embeddings=[_PLACEHOLDER],
-                metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}],
-            )
+            record_format(registry, key, digest)
 
 
-def _text_of(document: str | None, metadata: dict[str, Any] | None) -> str:
-    """A record's text: its metadata's ``TEXT_KEY``, or, for a record of an older store, its document."""
-    text = (metadata or {}).get(TEXT_KEY)
-    return str(text) if text is not None else (document or "")
+def record_format(registry: Any, key: ChannelKey, digest: str) -> None:
+    """Writes the channel's registry entry, saying its records are in the current ``STORE_FORMAT``."""
+    registry.upsert(
+        ids=[digest],
+        embeddings=[PLACEHOLDER_VECTOR],
+        metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel,
+                    FORMAT_KEY: STORE_FORMAT}],
+    )
 
 
 def _batches(total: int, size: int) -> Iterator[tuple[int, int]]:
@@ -157,24 +165,29 @@ class ChannelCollections:
 
     def open(self, suffix: str, cosine: bool = False) -> Any:
         """The collection ``rc-<digest>-<suffix>``, created if new (cosine space if ``cosine``)."""
-        return _opened(self.client, f"{self.prefix}-{suffix}", _COSINE_CONFIG if cosine else _PLAIN_CONFIG)
+        return open_collection(self.client, f"{self.prefix}-{suffix}", COSINE_CONFIG if cosine else PLAIN_CONFIG)
 
     def names(self) -> list[str]:
         """The names of every collection in the database (not just this channel's)."""
         return [str(getattr(c, "name", c)) for c in self.client.list_collections()]
 
+    def own_names(self) -> list[str]:
+        """The names of this channel's collections (``rc-<digest>-*``), sorted."""
+        return sorted(n for n in self.names() if n.startswith(f"{self.prefix}-"))
+
     def cache_collections(self, kind: str) -> list[Any]:
         """Every existing ``rc-<digest>-<kind>-<profile>`` collection (one per cache profile)."""
         wanted = [n for n in self.names() if n.startswith(f"{self.prefix}-{kind}-")]
-        return [_with_short_log(self.client.get_collection(n, embedding_function=None)) for n in wanted]
+        return [self.client.get_collection(n, embedding_function=None) for n in wanted]
 
     def batches(self, total: int) -> Iterator[tuple[int, int]]:
         """(start, end) of each batch of ``total`` records, as large as Chroma takes at once."""
         return _batches(total, self.client.get_max_batch_size())
 
     def register(self) -> None:
-        """Lists the channel in the registry (again after a drop, see :meth:`drop`)."""
-        _register(self.client, self.key, self.digest)
+        """Lists the channel in the registry (again after a drop, see :meth:`drop`): what it
+        writes next is of this version, so the entry records the current ``STORE_FORMAT``."""
+        register_channel(self.client, self.key, self.digest)
 
     def drop(self) -> int:
         """Deletes every collection of the channel and then its registry entry; how many records
@@ -182,13 +195,13 @@ class ChannelCollections:
         from chromadb.errors import NotFoundError
 
         records = 0
-        with _translated("dropping the channel"):
-            for name in [n for n in sorted(self.names()) if n.startswith(f"{self.prefix}-")]:
+        with translated("dropping the channel"):
+            for name in self.own_names():
                 try:
                     records += self.client.get_collection(name, embedding_function=None).count()
                     self.client.delete_collection(name)
                 except NotFoundError:
                     continue  # dropped meanwhile by another process
             # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
-            _opened(self.client, REGISTRY_COLLECTION, _PLAIN_CONFIG).delete(ids=[self.digest])
+            open_registry(self.client).delete(ids=[self.digest])
         return records

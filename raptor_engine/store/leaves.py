@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import TEXT_KEY, ChannelCollections, translated
 from raptor_engine.types import Chunk, Node
 
 
@@ -33,7 +33,7 @@ class Leaves:
         if not chunks:
             return
         collection = self._cache(profile)
-        with _translated("caching leaves"):
+        with translated("caching leaves"):
             for start, end in self._at.batches(len(chunks)):
                 part = chunks[start:end]
                 collection.upsert(
@@ -44,7 +44,7 @@ class Leaves:
 
     def has(self, profile: str, source_id: str) -> bool:
         """Whether any leaf of the source is cached under ``profile``."""
-        with _translated("reading cached leaves"):
+        with translated("reading cached leaves"):
             got = self._cache(profile).get(where={"source_id": source_id}, limit=1, include=[])
         return bool(got["ids"])
 
@@ -53,14 +53,14 @@ class Leaves:
         if not source_ids:
             return {}
         collection = self._cache(profile)
-        with _translated("reading cached leaves"):
+        with translated("reading cached leaves"):
             got = collection.get(
                 where={"source_id": {"$in": list(source_ids)}},
-                include=["documents", "metadatas", "embeddings"],
+                include=["metadatas", "embeddings"],
             )
         grouped: dict[str, list[tuple[Chunk, np.ndarray]]] = {}
-        for document, metadata, vector in zip(got["documents"], got["metadatas"], got["embeddings"]):
-            chunk = _chunk_from(document, metadata)
+        for metadata, vector in zip(got["metadatas"], got["embeddings"]):
+            chunk = _chunk_from(metadata)
             grouped.setdefault(chunk.source_id, []).append((chunk, np.asarray(vector, dtype=np.float32)))
         result = {}
         for source_id, pairs in grouped.items():
@@ -70,7 +70,7 @@ class Leaves:
 
     def delete(self, source_id: str, profile: str | None = None) -> None:
         """Removes a source's cached leaves of one profile, or of every profile if None."""
-        with _translated("deleting cached leaves"):
+        with translated("deleting cached leaves"):
             if profile is None:
                 collections = self._at.cache_collections("leaf")
             else:
@@ -111,11 +111,11 @@ def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
     }
 
 
-def _chunk_from(document: str | None, metadata: dict[str, Any]) -> Chunk:
+def _chunk_from(metadata: dict[str, Any]) -> Chunk:
     return Chunk(
         source_id=str(metadata["source_id"]),
         ordinal=int(metadata["ordinal"]),
-        text=_text_of(document, metadata),
+        text=str(metadata[TEXT_KEY]),
         start=int(metadata["start"]),
         end=int(metadata["end"]),
         tokens=int(metadata["tokens"]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from raptor_engine.store.common import _PLACEHOLDER, ChannelCollections, _translated
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, ChannelCollections, translated
 
 
 class Notes:
@@ -20,7 +20,7 @@ class Notes:
 
     def read(self) -> dict[str, str]:
         """Every note, by name."""
-        with _translated("reading the channel's notes"):
+        with translated("reading the channel's notes"):
             got = self._at.open("meta").get(ids=["notes"], include=["metadatas"])
         stored = (got["metadatas"][0] or {}) if got["metadatas"] else {}
         notes = json.loads(str(stored.get("notes", "{}")))
@@ -38,5 +38,5 @@ class Notes:
             notes[name] = value
         # One JSON field: Chroma's upsert merges metadata keys, so a removed key would linger.
         metadata = {"notes": json.dumps(notes, sort_keys=True)}
-        with _translated("writing the channel's notes"):
-            self._at.open("meta").upsert(ids=["notes"], metadatas=[metadata], embeddings=[_PLACEHOLDER])
+        with translated("writing the channel's notes"):
+            self._at.open("meta").upsert(ids=["notes"], metadatas=[metadata], embeddings=[PLACEHOLDER_VECTOR])

@@ -2,7 +2,7 @@
 
 Contract: a source is records ``<source id>#<segment>``, each holding up to ``SEGMENT_CHARS``
 characters of its text; the first also carries its description and its :class:`SourceState`.
-Only a stored (or legacy) source is listed, built from or searched: ingest writes the text as
+Only a stored source is listed, built from or searched: ingest writes the text as
 ``storing``, then its leaves, then flips it to ``stored``; forget flips it to ``forgetting``
 first and deletes the text last. Whatever writes data derived from sources looks afterwards
 whether one of them is forgotten meanwhile (:meth:`Sources.forgotten_among`) and then removes
@@ -15,22 +15,18 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from raptor_engine.store.common import _PLACEHOLDER, TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, TEXT_KEY, ChannelCollections, translated
 from raptor_engine.types import Source, SourceKind
 
 SEGMENT_CHARS = 100_000  # source text is stored in segments of this many characters
 
 
 class SourceState(str, Enum):
-    """Where a source is in its life; only ``STORED`` and ``LEGACY`` sources are listed."""
+    """Where a source is in its life; only ``STORED`` sources are listed."""
 
     STORING = "storing"  # text written, leaves not all: invisible; a new upload of it repairs it
     STORED = "stored"  # text and every leaf written
     FORGETTING = "forgetting"  # being removed: invisible; the next rebuild finishes an interrupted forget
-    LEGACY = "legacy"  # written before states existed (never written as such): complete if it has leaves
-
-
-_LISTED = frozenset({SourceState.STORED, SourceState.LEGACY})
 
 
 class Sources:
@@ -44,55 +40,50 @@ class Sources:
 
     def holds_none(self) -> bool:
         """Whether the channel holds no source at all, in any state."""
-        with _translated("looking for sources"):
+        with translated("looking for sources"):
             return not self._src().get(limit=1, include=[])["ids"]
 
     def put(self, source: Source, text: str, state: SourceState) -> None:
-        """Stores a source's text and description in one write, in ``state`` (not ``LEGACY``)."""
-        if state is SourceState.LEGACY:
-            raise ValueError("LEGACY is how sources written before states read; it is never written")
+        """Stores a source's text and description in one write, in ``state``."""
         segments = [text[i : i + SEGMENT_CHARS] for i in range(0, len(text), SEGMENT_CHARS)] or [""]
         metadatas: list[dict[str, Any]] = [{"source_id": source.id, "segment": i, TEXT_KEY: segment}
                                            for i, segment in enumerate(segments)]
         metadatas[0].update(_source_metadata(source), segments=len(segments), state=state.value)
         self._at.register()  # again after a drop (see ChannelStore.drop)
-        with _translated("storing a source"):
+        with translated("storing a source"):
             self._src().upsert(
                 ids=[f"{source.id}#{i}" for i in range(len(segments))],
                 metadatas=metadatas,
-                embeddings=[_PLACEHOLDER] * len(segments),
+                embeddings=[PLACEHOLDER_VECTOR] * len(segments),
             )
 
     def record(self, source_id: str) -> tuple[Source, SourceState] | None:
         """The source with this id and its state, whatever the state; None if there is no record."""
-        with _translated("reading a source"):
+        with translated("reading a source"):
             got = self._src().get(ids=[f"{source_id}#0"], include=["metadatas"])
         metadatas = got["metadatas"] or []
         return (_source_from_metadata(metadatas[0]), _state_of(metadatas[0])) if metadatas else None
 
     def set_state(self, source_id: str, state: SourceState) -> None:
         """Changes a source's state in one write; does nothing if the source has no record."""
-        if state is SourceState.LEGACY:
-            raise ValueError("LEGACY is how sources written before states read; it is never written")
-        with _translated("changing a source's state"):
+        with translated("changing a source's state"):
             # Chroma merges updated metadata keys and ignores unknown ids: a forgotten source stays gone.
             self._src().update(ids=[f"{source_id}#0"], metadatas=[{"state": state.value}])
 
     def listed(self, external_id: str | None = None) -> list[Source]:
-        """Every listed (stored, or legacy) source of the channel, oldest first; only those
-        with ``external_id`` when it is given (one lookup, not a listing)."""
-        where: dict[str, Any] = {"segment": 0}
+        """Every listed (stored) source of the channel, oldest first; only those with
+        ``external_id`` when it is given (one lookup, not a listing)."""
+        clauses: list[dict[str, Any]] = [{"segment": 0}, {"state": SourceState.STORED.value}]
         if external_id is not None:
-            where = {"$and": [where, {"external_id": external_id}]}
-        with _translated("listing sources"):
-            got = self._src().get(where=where, include=["metadatas"])
-        # Filtered here, not by a where clause: legacy records have no state key to match.
-        sources = [_source_from_metadata(m) for m in got["metadatas"] or [] if _state_of(m) in _LISTED]
+            clauses.append({"external_id": external_id})
+        with translated("listing sources"):
+            got = self._src().get(where={"$and": clauses}, include=["metadatas"])
+        sources = [_source_from_metadata(m) for m in got["metadatas"] or []]
         return sorted(sources, key=lambda s: (s.added_at, s.id))
 
     def in_state(self, state: SourceState) -> list[str]:
-        """The ids of the sources in ``state`` (not ``LEGACY``), e.g. forgets that were interrupted."""
-        with _translated("listing sources by state"):
+        """The ids of the sources in ``state``, e.g. forgets that were interrupted."""
+        with translated("listing sources by state"):
             got = self._src().get(where={"state": state.value}, include=["metadatas"])
         return sorted({str(m["source_id"]) for m in got["metadatas"] or []})
 
@@ -101,28 +92,27 @@ class Sources:
         wanted = sorted(set(source_ids))
         if not wanted:
             return set()
-        with _translated("checking for forgotten sources"):
+        with translated("checking for forgotten sources"):
             got = self._src().get(ids=[f"{i}#0" for i in wanted], include=["metadatas"])
         alive = {str(m["source_id"]) for m in got["metadatas"] or [] if _state_of(m) is not SourceState.FORGETTING}
         return set(wanted) - alive
 
     def text(self, source_id: str) -> str:
         """The full text of a stored source."""
-        with _translated("reading a source's text"):
-            got = self._src().get(where={"source_id": source_id}, include=["documents", "metadatas"])
-        parts = sorted(zip(got["metadatas"] or [], got["documents"] or []), key=lambda p: int(p[0]["segment"]))
-        return "".join(_text_of(document, metadata) for metadata, document in parts)
+        with translated("reading a source's text"):
+            got = self._src().get(where={"source_id": source_id}, include=["metadatas"])
+        parts = sorted(got["metadatas"] or [], key=lambda m: int(m["segment"]))
+        return "".join(str(metadata[TEXT_KEY]) for metadata in parts)
 
     def delete(self, source_id: str) -> None:
         """Deletes a source's text records: the last step of removing a source."""
-        with _translated("deleting a source"):
+        with translated("deleting a source"):
             self._src().delete(where={"source_id": source_id})
 
 
 def _state_of(metadata: dict[str, Any]) -> SourceState:
-    """The state of a source's first segment record; records written before states are ``LEGACY``."""
-    value = metadata.get("state")
-    return SourceState(str(value)) if value else SourceState.LEGACY
+    """The state of a source's first segment record."""
+    return SourceState(str(metadata["state"]))
 
 
 def _source_metadata(source: Source) -> dict[str, Any]:
@@ -147,6 +137,6 @@ def _source_from_metadata(metadata: dict[str, Any]) -> Source:
         added_by=str(metadata["added_by"]),
         added_at=str(metadata["added_at"]),
         chars=int(metadata["chars"]),
-        external_id=str(metadata.get("external_id", "")),
-        file_name=str(metadata.get("file_name", "")),
+        external_id=str(metadata["external_id"]),
+        file_name=str(metadata["file_name"]),
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import TEXT_KEY, ChannelCollections, _text_of, _translated
+from raptor_engine.store.common import TEXT_KEY, ChannelCollections, translated
 
 
 class Summaries:
@@ -33,11 +33,11 @@ class Summaries:
         if not keys:
             return {}
         collection = self.cache(profile)
-        with _translated("reading cached summaries"):
-            got = collection.get(ids=list(keys), include=["documents", "metadatas", "embeddings"])
+        with translated("reading cached summaries"):
+            got = collection.get(ids=list(keys), include=["metadatas", "embeddings"])
         return {
-            key: (_text_of(document, metadata), np.asarray(vector, dtype=np.float32))
-            for key, document, metadata, vector in zip(got["ids"], got["documents"], got["metadatas"], got["embeddings"])
+            key: (str(metadata[TEXT_KEY]), np.asarray(vector, dtype=np.float32))
+            for key, metadata, vector in zip(got["ids"], got["metadatas"], got["embeddings"])
         }
 
     def put(self, profile: str, entries: Sequence[tuple[str, str, Sequence[str]]], embeddings: np.ndarray) -> None:
@@ -45,7 +45,7 @@ class Summaries:
         if not entries:
             return
         collection = self.cache(profile)
-        with _translated("caching summaries"):
+        with translated("caching summaries"):
             for start, end in self._at.batches(len(entries)):
                 part = entries[start:end]
                 collection.upsert(
@@ -57,13 +57,13 @@ class Summaries:
     def prune(self, profile: str, keep: set[str]) -> None:
         """Drops cached summaries not in ``keep`` (those no served tree uses)."""
         collection = self.cache(profile)
-        with _translated("pruning cached summaries"):
+        with translated("pruning cached summaries"):
             stale = [key for key in collection.get(include=[])["ids"] if key not in keep]
             for start, end in self._at.batches(len(stale)):
                 collection.delete(ids=stale[start:end])
 
     def delete_covering(self, source_id: str) -> None:
         """Deletes, in every profile, the cached summaries covering ``source_id`` (it is forgotten)."""
-        with _translated("deleting a source"):
+        with translated("deleting a source"):
             for collection in self._at.cache_collections("sum"):
                 collection.delete(where={"sources": {"$contains": source_id}})

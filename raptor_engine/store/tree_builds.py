@@ -19,8 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from raptor_engine.errors import StoreError
-from raptor_engine.store.common import ChannelCollections, _translated, log
-from raptor_engine.store.tree_format import _LEGACY, TreeState, _Place, _pool_metadata, _served_slot
+from raptor_engine.store.common import ChannelCollections, log, translated
+from raptor_engine.store.tree_format import TreePlace, TreeState
 from raptor_engine.store.tree_pool import TREE_SLOTS, TreePool
 from raptor_engine.store.tree_state import TreeStates
 from raptor_engine.types import Node
@@ -38,10 +38,10 @@ class TreeBuilds:
         """A version number above every tree of this channel this process can see
         (another process may pick the same one: trees are told apart by their tag)."""
         state = self._states.read()
-        with _translated("listing tree versions"):
+        with translated("listing tree versions"):
             firsts = self._pool.collection().get(where={"k": 0}, include=["metadatas"])["metadatas"] or []
             versions = [int(m["version"]) for m in firsts if m.get("version") is not None]
-            versions += self._pool.legacy_versions() + list(self._states.written)
+            versions += list(self._states.written)
         return max([state.version if state else 0, *versions]) + 1
 
     def write(self, version: int, nodes: Sequence[Node], embeddings: np.ndarray) -> None:
@@ -53,21 +53,15 @@ class TreeBuilds:
         them; then the served tree is checked at once, and the channel heals to the newest
         complete tree if it was broken (see :meth:`TreeStates.live`).
         """
-        with self._pool.write_lock(), _translated("writing the new tree"):
-            pool = self._pool.collection()
-            place = _Place(version, self._free_slot(), f"{version}.{uuid.uuid4().hex[:8]}")
+        with self._pool.write_lock(), translated("writing the new tree"):
+            place = TreePlace(version, self._free_slot(), f"{version}.{uuid.uuid4().hex[:8]}")
             self._states.written[version] = place
             try:
                 for start, end in self._at.batches(len(nodes)):
                     self._claim(place.slot)
-                    pool.upsert(
-                        ids=[f"{place.slot}:{k}" for k in range(start, end)],
-                        metadatas=[_pool_metadata(n, place, k, len(nodes)) for k, n in enumerate(nodes[start:end], start)],
-                        embeddings=embeddings[start:end],
-                    )
+                    self._pool.put(place, nodes, embeddings, start, end)
                 # What a larger former tree left in this slot is freed, and reused next time.
-                rest = pool.get(where={"$and": [{"slot": place.slot}, {"k": {"$gte": len(nodes)}}]}, include=[])["ids"]
-                self._pool.free(rest)
+                self._pool.free_beyond(place.slot, len(nodes))
             finally:
                 self._states.recheck_if_served(place.slot)
 
@@ -95,49 +89,39 @@ class TreeBuilds:
                             self._at.key, state.version, served.version, served.version)
                 return False
             layers = self._check_complete(place, state.nodes_per_layer)
-            previous = _Place(served.version, served.slot, served.tag) if served else None
+            previous = TreePlace(served.version, served.slot, served.tag) if served else None
             self._states.write(replace(state, slot=place.slot, tag=place.tag, nodes_per_layer=layers), previous)
-        self._pool.drop_legacy_except({place.version} | ({previous.version} if previous else set()))
         self._free_dead_trees(place, previous)
         return True
 
-    def _free_dead_trees(self, served: _Place, previous: _Place | None) -> None:
+    def _free_dead_trees(self, served: TreePlace, previous: TreePlace | None) -> None:
         """Frees the trees older than the one just served, but the previous one: none of them can
         be served again (a switch serves only a newer tree), and each is one more tree a query
         of the pool would search through."""
         keep = {served.tag, previous.tag if previous else ""}
-        with _translated("freeing old trees"):
+        with translated("freeing old trees"):
             pool = self._pool.collection()
             firsts = pool.get(where={"k": 0}, include=["metadatas"])["metadatas"] or []
             dead = {str(m["tree"]) for m in firsts
                     if m.get("version") is not None and int(m["version"]) < served.version and m["tree"] not in keep}
             for tag in sorted(dead):
                 self._pool.free(pool.get(where={"tree": tag}, include=[])["ids"])
-            # Stores written before TREE_SLOTS was 2 have a third slot: its records go once its tree is out of use.
-            beyond = pool.get(where={"slot": {"$gte": TREE_SLOTS}}, include=["metadatas"])
-            unused = [rid for rid, m in zip(beyond["ids"], beyond["metadatas"] or []) if m.get("tree") not in keep]
-            for start, end in self._at.batches(len(unused)):
-                pool.delete(ids=unused[start:end])
 
-    def _check_complete(self, place: _Place, layers: dict[int, int]) -> dict[int, int]:
+    def _check_complete(self, place: TreePlace, layers: dict[int, int]) -> dict[int, int]:
         """The tree's nodes per layer, once it is seen complete: none of its records was written
         over by another build. A forget may have freed some meanwhile (they are left out of the
         counts). Raises ``StoreError`` if it is incomplete."""
         expected = sum(layers.values())
-        with _translated("checking the new tree"):
-            if place.slot == _LEGACY:
-                found = self._pool.legacy(place.version).count()
-                mine, others = found, 0
-            else:
-                got = self._pool.collection().get(where={"slot": place.slot}, include=["metadatas"])["metadatas"] or []
-                trees = {int(m["k"]): m.get("tree") for m in got}
-                mine_metas = [m for m in got if m.get("tree") == place.tag]
-                # Every record it wrote is there, or was freed by a forget (which marks it so).
-                others = sum(1 for k in range(expected) if trees.get(k) not in (place.tag, f"free:{place.tag}"))
-                mine = len(mine_metas)
-        if others or (place.slot == _LEGACY and mine != expected):
+        with translated("checking the new tree"):
+            got = self._pool.collection().get(where={"slot": place.slot}, include=["metadatas"])["metadatas"] or []
+        trees = {int(m["k"]): m.get("tree") for m in got}
+        mine_metas = [m for m in got if m.get("tree") == place.tag]
+        # Every record it wrote is there, or was freed by a forget (which marks it so).
+        others = sum(1 for k in range(expected) if trees.get(k) not in (place.tag, f"free:{place.tag}"))
+        mine = len(mine_metas)
+        if others:
             raise StoreError(f"tree v{place.version} is incomplete ({mine} of {expected} nodes); it is not served")
-        if place.slot == _LEGACY or mine == expected:
+        if mine == expected:
             return layers
         return dict(Counter(int(m["layer"]) for m in mine_metas))
 
@@ -147,18 +131,18 @@ class TreeBuilds:
         place = self._states.written.pop(version, None)
         if place is None or place.tag in {p.tag for p in self._states.served_places().values()}:
             return
-        with _translated("dropping an unfinished tree"):
+        with translated("dropping an unfinished tree"):
             pool = self._pool.collection()
             self._pool.free(pool.get(where={"tree": place.tag}, include=[])["ids"])
 
     def drop_stale(self) -> None:
-        """Frees trees this store wrote that never got served (crashed or failed builds), and
-        drops trees of older stores newer than the served one. Trees other processes are
-        writing are left alone; a crashed process's leftovers are written over by the next build."""
+        """Frees trees this store wrote that never got served (crashed or failed builds). Trees
+        other processes are writing are left alone; a crashed process's leftovers are written
+        over by the next build."""
         for version in list(self._states.written):
             self.discard(version)
-        state = self._states.read()
-        live = state.version if state else 0
-        with _translated("dropping unfinished trees"):
-            stale = {v for v in self._pool.legacy_versions() if v > live}
-        self._pool.drop_legacy_except(set(self._pool.legacy_versions()) - stale)
+
+
+def _served_slot(places: dict[int, TreePlace]) -> int | None:
+    """The slot of the served tree (the newest of the served and previous places), if any."""
+    return places[max(places)].slot if places else None

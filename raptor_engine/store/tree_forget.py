@@ -1,7 +1,7 @@
 """Forgetting a source in a channel's trees: its nodes go from every stored tree at once.
 
-Contract: the nodes covering the source are freed in the pool (deleted from an older store's
-tree collections), whatever tree they belong to (served, previous or unfinished), and unlinked
+Contract: the nodes covering the source are freed in the pool, whatever tree they belong to
+(served, previous or unfinished), and unlinked
 from their trees' other nodes, so each tree stays consistent until the next rebuild restores
 the summaries of the other sources. The served state then loses the source's id, and its
 counts the nodes that went. The pool is written under the channel's write lock, so a build of
@@ -11,10 +11,11 @@ the same channel in this process never has its new records freed by a forget's e
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import _translated
-from raptor_engine.store.tree_format import _all_of, _without_links, _without_source
+from raptor_engine.store.common import translated
+from raptor_engine.store.tree_format import TreeState, all_of
 from raptor_engine.store.tree_pool import TreePool
 from raptor_engine.store.tree_state import TreeStates
 
@@ -31,17 +32,14 @@ class TreeForget:
         out of the served state; the number of nodes deleted from the served tree. A
         ``successor`` is the id of the source's new version: the state counts the source as
         replaced by it, not as forgotten (see ``TreeState.replaced``)."""
-        removed: dict[str, Counter[int]] = {}
-        with self._pool.write_lock(), _translated("removing a source from the tree"):
-            for version in self._pool.legacy_versions():
-                removed[f"legacy:{version}"] = self._remove_from_version(version, source_id)
-            removed.update(self._remove_from_pool(source_id))
+        with self._pool.write_lock(), translated("removing a source from the tree"):
+            removed = self._remove_from_pool(source_id)
         with self._pool.state_lock():
             # Read now, not before: a build may have switched over while the nodes went.
             state = self._states.read()
             if state is None:
                 return 0
-            removed_live = removed.get(state.tag or f"legacy:{state.version}", Counter())
+            removed_live = removed.get(state.tag, Counter())
             if removed_live or source_id in state.source_ids or source_id in state.replaced.values():
                 previous = self._states.served_places()
                 previous.pop(state.version, None)
@@ -60,43 +58,45 @@ class TreeForget:
         self._pool.free(list(doomed["ids"]), [str(m["tree"]) for m in doomed["metadatas"] or []])
         removed: dict[str, Counter[int]] = {}
         for tag, metadatas in by_tree.items():
-            removed[tag] = Counter(int(m.get("layer", 0)) for m in metadatas)
+            removed[tag] = Counter(int(m["layer"]) for m in metadatas)
             gone = {str(m["node"]) for m in metadatas}
             neighbours = {i for m in metadatas for name in ("children", "parents") for i in m.get(name) or []}
             survivors = sorted(neighbours - gone)
             if not survivors:
                 continue
-            affected = pool.get(where=_all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
+            affected = pool.get(where=all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
             if affected["ids"]:
                 pool.update(ids=affected["ids"], metadatas=[_without_links(m, gone) for m in affected["metadatas"]])
         return removed
 
-    def _remove_from_version(self, version: int, source_id: str) -> Counter[int]:
-        """``_remove_from_tree`` on one version; nothing if a switch dropped that version meanwhile."""
-        try:
-            return self._remove_from_tree(self._pool.legacy(version), source_id)
-        except Exception:
-            if version in self._pool.legacy_versions():
-                raise
-            return Counter()
 
-    def _remove_from_tree(self, collection: Any, source_id: str) -> Counter[int]:
-        """Deletes the nodes covering ``source_id`` from one tree of an older store; how many per layer."""
-        doomed = collection.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
-        doomed_ids = set(doomed["ids"])
-        if not doomed_ids:
-            return Counter()
-        layers = Counter(int(m.get("layer", 0)) for m in doomed["metadatas"])
-        neighbours: set[str] = set()
-        for metadata in doomed["metadatas"]:
-            neighbours.update(metadata.get("children") or [])
-            neighbours.update(metadata.get("parents") or [])
-        collection.delete(ids=list(doomed_ids))
-        survivors = list(neighbours - doomed_ids)
-        if not survivors:  # Chroma refuses a get by an empty id list
-            return layers
-        affected = collection.get(ids=survivors, include=["metadatas"])
-        if affected["ids"]:
-            updated = [_without_links(m, doomed_ids) for m in affected["metadatas"]]
-            collection.update(ids=affected["ids"], metadatas=updated)
-        return layers
+def _without_source(state: TreeState, source_id: str, removed: Counter[int], successor: str = "") -> TreeState:
+    """The served state after ``source_id`` was forgotten and ``removed`` nodes (per layer) went.
+    With a ``successor`` (the id of the source's new version), a source of the build is
+    counted as replaced rather than forgotten, and a replacement that stood for it now
+    points at the successor (a message edited twice is one changed source)."""
+    left = {layer: count - removed[layer] for layer, count in state.nodes_per_layer.items()}
+    of_build = source_id in state.source_ids
+    replaced = {old: (successor if new == source_id and successor else new) for old, new in state.replaced.items()}
+    if of_build and successor:
+        replaced[source_id] = successor
+    return replace(
+        state,
+        source_ids=tuple(i for i in state.source_ids if i != source_id),
+        # Readers key what they derive from the tree (the BM25 index) on the revision;
+        # the counts per layer follow what is left, so status tells the truth.
+        revision=state.revision + (1 if removed else 0),
+        nodes_per_layer={k: v for k, v in left.items() if v > 0},
+        # The id goes, but the count stays: the summaries above it still want a rebuild.
+        forgotten=state.forgotten + (1 if of_build and not successor else 0),
+        replaced=replaced,
+    )
+
+
+def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any]:
+    updated = dict(metadata)
+    for name in ("children", "parents"):
+        kept = [i for i in metadata.get(name) or [] if i not in removed]
+        # Chroma refuses empty lists; an update with None removes the key.
+        updated[name] = kept or None
+    return updated

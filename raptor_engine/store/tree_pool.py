@@ -1,5 +1,5 @@
-"""Where a channel's trees are kept: the tree pool, older stores' tree collections, and the locks
-that make a build, a switch and a forget of one channel take turns within a process.
+"""Where a channel's trees are kept: the tree pool, and the locks that make a build, a switch
+and a forget of one channel take turns within a process.
 
 Contract: trees live in one collection per channel, ``rc-<digest>-tree``: a pool of records in
 ``TREE_SLOTS`` slots, ids ``<slot>:<k>``. A build writes its tree into the slot that is not
@@ -7,28 +7,32 @@ served (the previous tree's), over the records a former tree left there (an upse
 existing id updates Chroma's vector index in place; a delete only marks it, and single-node
 Chroma never reclaims a deleted record or collection: chroma-core/chroma issue 5259). Each
 record names its tree by a tag, unique to the build (``<version>.<random>``): queries are
-filtered to the served tag, so two builders that picked one version number never mix. Trees
-of older stores (``rc-<digest>-t<version>`` collections) are still read, and dropped once a
-newer tree has been served after them. Records are never deleted from the pool but freed
-(:meth:`TreePool.free`), to be written over by a later build.
+filtered to the served tag, so two builders that picked one version number never mix.
+Records are never deleted from the pool but freed (:meth:`TreePool.free`), to be written over
+by a later build.
 """
 
 from __future__ import annotations
 
-import re
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import _COSINE_CONFIG, ChannelCollections, _opened, _Reopening, _translated
-from raptor_engine.store.tree_format import _FREE_METADATA
+from raptor_engine.store.common import (
+    COSINE_CONFIG,
+    ChannelCollections,
+    ReopeningCollection,
+    open_collection,
+)
+from raptor_engine.store.tree_format import FREE_METADATA, TreePlace, pool_metadata
+from raptor_engine.types import Node
 
 # The served tree and one being built. The one served before stays readable (for queries in
 # flight) until the next build writes over it: a third slot kept a third copy of every tree,
 # the largest part of a channel's storage, for readers that finish in milliseconds.
 TREE_SLOTS = 2
-_TREE_NAME = re.compile(r"^rc-(?P<digest>[0-9a-f]{24})-t(?P<version>\d+)$")
 # The served state is read, changed and written back by forget and by a build switching over, from
 # different threads: one lock per channel keeps either from undoing the other (within one process).
 _STATE_LOCKS: dict[str, threading.Lock] = {}
@@ -47,39 +51,34 @@ class TreePool:
 
     def __init__(self, collections: ChannelCollections) -> None:
         self._at = collections
-        self._collection: _Reopening | None = None
+        self._collection: ReopeningCollection | None = None
 
     def collection(self) -> Any:
         """The channel's tree pool. Its handle is kept (opening costs about half a query), and
         opens the collection again if another process or engine dropped the channel meanwhile."""
         if self._collection is None:
             at = self._at
-            self._collection = _Reopening(lambda: _opened(at.client, f"{at.prefix}-tree", _COSINE_CONFIG))
+            self._collection = ReopeningCollection(lambda: open_collection(at.client, f"{at.prefix}-tree", COSINE_CONFIG))
         return self._collection
 
     def forget(self) -> None:
         """Forgets the kept handle: a drop deleted its collection."""
         self._collection = None
 
-    def legacy(self, version: int) -> Any:
-        """The collection of tree ``version`` of an older store (``rc-<digest>-t<version>``)."""
-        return self._at.client.get_collection(f"{self._at.prefix}-t{version}", embedding_function=None)
+    def put(self, place: TreePlace, nodes: Sequence[Node], embeddings: np.ndarray, start: int, end: int) -> None:
+        """Writes nodes ``start:end`` of a tree of ``len(nodes)`` nodes into its place, records
+        ``<slot>:<k>``, over whatever those records held. At most one batch (see ``batches``)."""
+        self.collection().upsert(
+            ids=[f"{place.slot}:{k}" for k in range(start, end)],
+            metadatas=[pool_metadata(n, place, k, len(nodes)) for k, n in enumerate(nodes[start:end], start)],
+            embeddings=embeddings[start:end],
+        )
 
-    def legacy_versions(self) -> list[int]:
-        """The versions of the trees kept in collections of their own (older stores), ascending."""
-        versions = []
-        for name in self._at.names():
-            match = _TREE_NAME.match(name)
-            if match and match["digest"] == self._at.digest:
-                versions.append(int(match["version"]))
-        return sorted(versions)
-
-    def drop_legacy_except(self, keep: set[int]) -> None:
-        """Deletes the older stores' tree collections but those of the versions in ``keep``."""
-        with _translated("dropping old trees"):
-            for version in self.legacy_versions():
-                if version not in keep:
-                    self._at.client.delete_collection(f"{self._at.prefix}-t{version}")
+    def free_beyond(self, slot: int, count: int) -> None:
+        """Frees what a larger former tree left in ``slot`` beyond the first ``count`` records
+        (reused by a later build)."""
+        rest = self.collection().get(where={"$and": [{"slot": slot}, {"k": {"$gte": count}}]}, include=[])["ids"]
+        self.free(rest)
 
     def free(self, record_ids: list[str], trees: list[str] | None = None) -> None:
         """Empties records for reuse: no text, no trace of a source, a random vector.
@@ -96,7 +95,7 @@ class TreePool:
         for start, end in self._at.batches(len(record_ids)):
             part = record_ids[start:end]
             marks = [f"free:{tree}" for tree in trees[start:end]] if trees else ["free"] * len(part)
-            pool.update(ids=part, metadatas=[{**_FREE_METADATA, "tree": mark} for mark in marks],
+            pool.update(ids=part, metadatas=[{**FREE_METADATA, "tree": mark} for mark in marks],
                         embeddings=noise[start:end])
 
     def state_lock(self) -> threading.Lock:

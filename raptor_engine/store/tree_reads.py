@@ -1,8 +1,7 @@
 """Reading a channel's trees: nearest-node queries and lookups of nodes, texts and embeddings.
 
-Contract: every read names a tree by version; the version is found in the pool by its tag (or,
-for an older store, as the collection ``rc-<digest>-t<version>``), and records of any other
-tree in the pool are never returned. Readers of the served or the previous tree may finish
+Contract: every read names a tree by version; the version is found in the pool by its tag, and
+records of any other tree in the pool are never returned. Readers of the served or the previous tree may finish
 while a build writes the next one. Node ids, not record ids, go in and come out.
 """
 
@@ -13,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from raptor_engine.store.common import _text_of, _translated
-from raptor_engine.store.tree_format import _LEGACY, _all_of, _matches, _Place, node_from
+from raptor_engine.store.common import TEXT_KEY, translated
+from raptor_engine.store.tree_format import TreePlace, all_of, node_from
 from raptor_engine.store.tree_pool import TREE_SLOTS, TreePool
 from raptor_engine.store.tree_state import TreeStates
 from raptor_engine.types import Hit, Node
@@ -45,16 +44,14 @@ class TreeReads:
         """Nodes of a tree version nearest to ``vector``, best first, through Chroma's index."""
         if n <= 0 or (ids is not None and not ids):
             return []
-        with _translated("searching the tree"):
+        with translated("searching the tree"):
             place = self._states.place(version)
-            if place.slot == _LEGACY:
-                return self._query_legacy(version, vector, n, where, ids)
             if ids is not None:
                 hits = self._query_by_ids(place, vector, n, ids)
             elif where is None:
                 hits = self._query_unfiltered(place, vector, n)
             else:
-                hits = self._query_pool(vector, n, _all_of({"tree": place.tag}, where))[0]
+                hits = self._query_pool(vector, n, all_of({"tree": place.tag}, where))[0]
         return [hit for hit in hits if where is None or _matches(hit.node, where)][:n]
 
     def _query_pool(self, vector: np.ndarray, n: int, where: dict[str, Any] | None,
@@ -62,15 +59,15 @@ class TreeReads:
         """Chroma's nearest records, as hits of the tree ``tag`` (others dropped) if given, and
         how many records Chroma returned."""
         got = self._pool.collection().query(query_embeddings=[vector], n_results=n, where=where, ids=record_ids,
-                                            include=["documents", "metadatas", "distances"])
+                                            include=["metadatas", "distances"])
         hits = [
-            Hit(node=node_from(str(m["node"]), d, m), score=1.0 - float(dist))
-            for d, m, dist in zip(got["documents"][0], got["metadatas"][0], got["distances"][0])
+            Hit(node=node_from(str(m["node"]), m), score=1.0 - float(dist))
+            for m, dist in zip(got["metadatas"][0], got["distances"][0])
             if not tag or m.get("tree") == tag
         ]
         return hits, len(got["ids"][0])
 
-    def _query_unfiltered(self, place: _Place, vector: np.ndarray, n: int) -> list[Hit]:
+    def _query_unfiltered(self, place: TreePlace, vector: np.ndarray, n: int) -> list[Hit]:
         """The ``n`` nearest nodes of one tree. Chroma filters metadata before it searches, which
         made a query several times slower (measured: p50 22 ms against 1.6 ms on 3 x 1,200
         records): the pool is searched unfiltered, as deep as the trees it holds need (the
@@ -86,7 +83,7 @@ class TreeReads:
             return hits
         return self._query_pool(vector, n, {"tree": place.tag})[0]
 
-    def _trees_in_pool(self, place: _Place) -> int:
+    def _trees_in_pool(self, place: TreePlace) -> int:
         """How many trees the pool holds, counted once per served tree (a build running
         elsewhere adds one meanwhile: the query then falls back to the filtered one)."""
         if place.tag not in self._tree_counts:
@@ -96,7 +93,7 @@ class TreeReads:
             self._tree_counts[place.tag] = max(1, sum(1 for m in firsts if m.get("version") is not None))
         return self._tree_counts[place.tag]
 
-    def _query_by_ids(self, place: _Place, vector: np.ndarray, n: int, ids: Sequence[str]) -> list[Hit]:
+    def _query_by_ids(self, place: TreePlace, vector: np.ndarray, n: int, ids: Sequence[str]) -> list[Hit]:
         """Nodes with these ids nearest to ``vector``, looked up by their record ids (as fast as
         Chroma gets) rather than by a metadata filter."""
         record_ids = self._record_ids(place, ids)
@@ -104,7 +101,7 @@ class TreeReads:
             return []
         return self._query_pool(vector, min(n, len(record_ids)), None, record_ids, place.tag)[0]
 
-    def _record_ids(self, place: _Place, ids: Sequence[str]) -> list[str]:
+    def _record_ids(self, place: TreePlace, ids: Sequence[str]) -> list[str]:
         """The pool record ids of these nodes of a tree (unknown nodes left out). A tree's records
         keep their ids until a later build writes over them, and then carry another tag."""
         if place.tag not in self._rids:
@@ -115,74 +112,41 @@ class TreeReads:
         known = self._rids[place.tag]
         return [known[i] for i in dict.fromkeys(ids) if i in known]
 
-    def _query_legacy(
-        self, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None, ids: Sequence[str] | None
-    ) -> list[Hit]:
-        collection = self._pool.legacy(version)
-        if ids is not None:
-            # Chroma fails the whole query on an unknown id; another process may have
-            # removed some (forget) since the caller looked.
-            ids = collection.get(ids=list(ids), include=[])["ids"]
-            if not ids:
-                return []
-        got = collection.query(
-            query_embeddings=[vector],
-            n_results=min(n, len(ids)) if ids is not None else n,
-            where=where,
-            ids=list(ids) if ids is not None else None,
-            include=["documents", "metadatas", "distances"],
-        )
-        return [
-            Hit(node=node_from(i, d, m), score=1.0 - float(dist))
-            for i, d, m, dist in zip(got["ids"][0], got["documents"][0], got["metadatas"][0], got["distances"][0])
-        ]
-
     def nodes(self, version: int, ids: Sequence[str]) -> list[Node]:
         """The nodes with these ids in a tree version (missing ids are skipped), in the order asked."""
         if not ids:
             return []
-        with _translated("reading nodes"):
-            if self._states.place(version).slot == _LEGACY:
-                got = self._pool.legacy(version).get(ids=list(ids), include=["documents", "metadatas"])
-                node_ids = list(got["ids"])
-            else:
-                node_ids, got = self._records_by_ids(version, ids, ["documents", "metadatas"])
-        found = {i: node_from(i, d, m) for i, d, m in zip(node_ids, got["documents"], got["metadatas"])}
+        with translated("reading nodes"):
+            node_ids, got = self._records_by_ids(version, ids, ["metadatas"])
+        found = {i: node_from(i, m) for i, m in zip(node_ids, got["metadatas"])}
         return [found[i] for i in ids if i in found]
 
     def texts(self, version: int) -> tuple[list[str], list[str]]:
         """The ids and texts of every node of a tree version (to index them lexically)."""
-        with _translated("reading node texts"):
-            node_ids, got = self._records(version, None, ["documents", "metadatas"])
-        return node_ids, [_text_of(d, m) for d, m in zip(got["documents"], got["metadatas"])]
+        with translated("reading node texts"):
+            node_ids, metadatas = self._records(version, None)
+        return node_ids, [str(m[TEXT_KEY]) for m in metadatas]
 
     def layer(self, version: int, layer: int, limit: int) -> list[Node]:
         """Up to ``limit`` nodes of one layer of a tree version, widest (most children) first."""
-        with _translated("reading a layer"):
-            node_ids, got = self._records(version, {"layer": layer}, ["documents", "metadatas"])
-        nodes = [node_from(i, d, m) for i, d, m in zip(node_ids, got["documents"], got["metadatas"])]
+        with translated("reading a layer"):
+            node_ids, metadatas = self._records(version, {"layer": layer})
+        nodes = [node_from(i, m) for i, m in zip(node_ids, metadatas)]
         return sorted(nodes, key=lambda n: (-len(n.children), n.id))[:limit]
 
     def embeddings(self, version: int, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored embeddings of some nodes of a tree version, by id."""
         if not ids:
             return {}
-        with _translated("reading node embeddings"):
-            if self._states.place(version).slot == _LEGACY:
-                got = self._pool.legacy(version).get(ids=list(ids), include=["embeddings"])
-                node_ids = list(got["ids"])
-            else:
-                node_ids, got = self._records_by_ids(version, ids, ["embeddings", "metadatas"])
+        with translated("reading node embeddings"):
+            node_ids, got = self._records_by_ids(version, ids, ["embeddings", "metadatas"])
         return {i: np.asarray(v, dtype=np.float32) for i, v in zip(node_ids, got["embeddings"])}
 
-    def _records(self, version: int, where: dict[str, Any] | None, include: list[str]) -> tuple[list[str], dict[str, Any]]:
-        """``get`` of one tree's records: node ids, and Chroma's answer."""
+    def _records(self, version: int, where: dict[str, Any] | None) -> tuple[list[str], list[dict[str, Any]]]:
+        """The node ids and metadatas of one tree's records (those matching ``where``)."""
         place = self._states.place(version)
-        if place.slot == _LEGACY:
-            got = self._pool.legacy(version).get(where=where, include=include)
-            return list(got["ids"]), got
-        got = self._pool.collection().get(where=_all_of({"tree": place.tag}, where), include=[*include, "metadatas"])
-        return [str(m["node"]) for m in got["metadatas"]], got
+        metadatas = self._pool.collection().get(where=all_of({"tree": place.tag}, where), include=["metadatas"])["metadatas"]
+        return [str(m["node"]) for m in metadatas], metadatas
 
     def _records_by_ids(self, version: int, ids: Sequence[str], include: list[str]) -> tuple[list[str], dict[str, Any]]:
         """``get`` of some nodes of one pooled tree by record id; records of another tree dropped."""
@@ -192,3 +156,8 @@ class TreeReads:
         keep = [i for i, m in enumerate(got["metadatas"]) if m.get("tree") == place.tag]
         picked = {name: [got[name][i] for i in keep] for name in include}
         return [str(got["metadatas"][i]["node"]) for i in keep], picked
+
+
+def _matches(node: Node, where: dict[str, Any]) -> bool:
+    """Whether a node passes the simple where clauses callers give (``{"layer": n}``)."""
+    return all(getattr(node, key, None) == value for key, value in where.items() if not key.startswith("$"))

@@ -3,9 +3,9 @@
 Contract: the ``state`` record of ``rc-<digest>-meta`` names the served tree (version, slot,
 tag, layer sizes, sources) and the previous one, kept for readers in flight. A switch to a new
 tree rewrites that one record: one write, so a crash leaves either the old tree or the new one
-served, never a mixture. A state naming a tree that is gone or broken (as older versions could
-leave it, or a racing build on another process) heals when read: the newest complete tree is
-served instead, and a warning says so. Read, change and write of the state happen under the
+served, never a mixture. A state naming a tree that is gone or broken (a racing build on
+another process wrote over it, or an older version left it so) heals when read: the newest
+complete tree is served instead, and a warning says so. Read, change and write of the state happen under the
 channel's state lock (:meth:`TreePool.state_lock`).
 """
 
@@ -15,16 +15,9 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import _PLACEHOLDER, ChannelCollections, _translated, log
-from raptor_engine.store.tree_format import (
-    _LEGACY,
-    TreeState,
-    _Place,
-    _place_from_json,
-    _sources_of,
-    _state_from,
-    _state_metadata,
-)
+from raptor_engine.errors import StoreError
+from raptor_engine.store.common import PLACEHOLDER_VECTOR, ChannelCollections, log, translated
+from raptor_engine.store.tree_format import TreePlace, TreeState, place_from_json, state_from, state_metadata
 from raptor_engine.store.tree_pool import TreePool
 
 
@@ -34,8 +27,8 @@ class TreeStates:
     def __init__(self, collections: ChannelCollections, pool: TreePool) -> None:
         self._at = collections
         self._pool = pool
-        self.known: dict[int, _Place] = {}  # trees served now or before, by version (never change)
-        self.written: dict[int, _Place] = {}  # trees this store wrote, by version
+        self.known: dict[int, TreePlace] = {}  # trees served now or before, by version (never change)
+        self.written: dict[int, TreePlace] = {}  # trees this store wrote, by version
         self._present: set[str] = set()  # served trees seen to exist (checked once)
 
     def forget(self) -> None:
@@ -56,49 +49,53 @@ class TreeStates:
         meta = self._read_meta()
         if meta is None:
             return None
-        state = _state_from(meta)
-        self.known[state.version] = _Place(state.version, state.slot, state.tag)
-        previous = _place_from_json(meta.get("previous"))
+        state = state_from(meta)
+        self.known[state.version] = TreePlace(state.version, state.slot, state.tag)
+        previous = place_from_json(meta["previous"])
         if previous is not None:
             self.known[previous.version] = previous
         return state
 
     def _read_meta(self) -> dict[str, Any] | None:
-        with _translated("reading the tree state"):
+        with translated("reading the tree state"):
             got = self._at.open("meta").get(ids=["state"], include=["metadatas"])
         return dict(got["metadatas"][0]) if got["metadatas"] else None
 
-    def write(self, state: TreeState, previous: _Place | None) -> None:
+    def write(self, state: TreeState, previous: TreePlace | None) -> None:
         """Serves ``state`` from now on, ``previous`` kept for readers in flight: one write."""
-        meta = _state_metadata(state, previous)
-        with _translated("switching to the new tree"):
-            self._at.open("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[_PLACEHOLDER])
-        self.known[state.version] = _Place(state.version, state.slot, state.tag)
+        meta = state_metadata(state, previous)
+        with translated("switching to the new tree"):
+            self._at.open("meta").upsert(ids=["state"], metadatas=[meta], embeddings=[PLACEHOLDER_VECTOR])
+        self.known[state.version] = TreePlace(state.version, state.slot, state.tag)
 
-    def served_places(self) -> dict[int, _Place]:
+    def served_places(self) -> dict[int, TreePlace]:
         """Where the served tree and the previous one are, by version (read now)."""
         meta = self._read_meta()
         if meta is None:
             return {}
-        served = _Place(int(meta["version"]), int(meta.get("slot", _LEGACY)), str(meta.get("tag", "")))
-        previous = _place_from_json(meta.get("previous"))
+        served = TreePlace(int(meta["version"]), int(meta["slot"]), str(meta["tag"]))
+        previous = place_from_json(meta["previous"])
         return {p.version: p for p in (previous, served) if p is not None}
 
-    def place(self, version: int) -> _Place:
-        """Where tree ``version`` is: the served or previous tree (or one written here)."""
+    def place(self, version: int) -> TreePlace:
+        """Where tree ``version`` is: the served or previous tree (or one written here).
+        Raises ``StoreError`` for any other: it is no longer stored, or never was."""
         if version not in self.known:
             self.known.update(self.served_places())
         if version in self.known:
             return self.known[version]
-        return self.written.get(version, _Place(version, _LEGACY, ""))
+        if version in self.written:
+            return self.written[version]
+        raise StoreError(f"tree v{version} is no longer stored (a newer tree is served)")
 
-    def place_of(self, state: TreeState) -> _Place:
-        """Where the tree of a state about to be served is: its own tag, or one written here."""
+    def place_of(self, state: TreeState) -> TreePlace:
+        """Where the tree of a state about to be served is: its own tag, or one written here.
+        Raises ``StoreError`` for a tree this store did not write."""
         if state.tag:
-            return _Place(state.version, state.slot, state.tag)
+            return TreePlace(state.version, state.slot, state.tag)
         if state.version in self.written:
             return self.written[state.version]
-        return _Place(state.version, _LEGACY, "")
+        raise StoreError(f"tree v{state.version} was not written by this store; it cannot be served")
 
     def recheck_if_served(self, slot: int) -> None:
         """After writing to ``slot``: if a tree there got served meanwhile, this build may have
@@ -119,11 +116,8 @@ class TreeStates:
         key = f"{state.version}.{state.tag}"
         if key in self._present or not sum(state.nodes_per_layer.values()):
             return False
-        with _translated("checking the served tree"):
-            if state.slot == _LEGACY:
-                found = state.version in self._pool.legacy_versions()
-            else:
-                found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
+        with translated("checking the served tree"):
+            found = self._whole(state.tag, sum(state.nodes_per_layer.values()))
         if found:
             self._present.add(key)
         return not found
@@ -154,19 +148,19 @@ class TreeStates:
                     "instead (a rebuild brings it up to date)", self._at.key, missing.version, place.version)
         return healed
 
-    def _newest_complete(self) -> tuple[_Place, dict[int, int], tuple[str, ...]] | None:
+    def _newest_complete(self) -> tuple[TreePlace, dict[int, int], tuple[str, ...]] | None:
         """The newest stored tree whose every node is there, with its layer sizes and sources."""
-        with _translated("looking for a complete tree"):
+        with translated("looking for a complete tree"):
             pool = self._pool.collection()
             firsts = pool.get(where={"k": 0}, include=["metadatas"])["metadatas"] or []
-            candidates = [_Place(int(m["version"]), int(m["slot"]), str(m["tree"]))
+            candidates = [TreePlace(int(m["version"]), int(m["slot"]), str(m["tree"]))
                           for m in firsts if m.get("version") is not None]
             for place in sorted(candidates, key=lambda p: -p.version):
                 metas = pool.get(where={"tree": place.tag}, include=["metadatas"])["metadatas"] or []
                 if metas and self._whole(place.tag, int(metas[0]["count"])):
                     return place, dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
-            for version in sorted(self._pool.legacy_versions(), reverse=True):
-                metas = self._pool.legacy(version).get(include=["metadatas"])["metadatas"] or []
-                if metas:
-                    return _Place(version, _LEGACY, ""), dict(Counter(int(m["layer"]) for m in metas)), _sources_of(metas)
         return None
+
+
+def _sources_of(metadatas: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(sorted({str(s) for m in metadatas if int(m["layer"]) == 0 for s in m.get("sources") or []}))

@@ -8,7 +8,6 @@ import pytest
 from raptor_engine.errors import StoreUnavailable
 from raptor_engine.store import (
     SEGMENT_CHARS,
-    TEXT_KEY,
     ChromaStore,
     SourceState,
     TreeState,
@@ -190,36 +189,6 @@ def test_only_the_newest_answers_are_kept(any_store: ChromaStore, channel: Chann
     assert kept == [f"a{i:02d}" for i in range(11, 25)]
     assert store.prune_answers(10) == 0
     assert store.prune_answers(3) == 11 and [a.answer_id for a in store.list_answers()] == ["a22", "a23", "a24"]
-
-
-def test_texts_stored_as_documents_by_older_stores_are_still_read(any_store: ChromaStore, channel: ChannelKey) -> None:
-    """Older stores kept every text as a Chroma document; texts are now kept in metadata
-    (``TEXT_KEY``). Records of both kinds are read, in every collection that holds texts."""
-    store = any_store.channel(channel)
-    vectors = _vectors(4)
-    leaves = store._collections.open("leaf-p", cosine=True)
-    leaves.upsert(ids=["s:0"], documents=["an older leaf"], embeddings=vectors[:1],
-                  metadatas=[{"source_id": "s", "ordinal": 0, "start": 0, "end": 13, "tokens": 3}])
-    store._summaries.cache("p").upsert(ids=["k"], documents=["an older summary"], embeddings=vectors[1:2],
-                                       metadatas=[{"sources": ["s"]}])
-    store._collections.open("answers").upsert(ids=["a1"], documents=["an older answer"], embeddings=[[1.0]],
-                                              metadatas=[{"question": "q", "answered_at": "2026-01-01T00:00:00+00:00"}])
-    nodes, tree_vectors = _tree("d" * 64)
-    store.write_tree(1, nodes, tree_vectors)
-    store.switch_to(TreeState(1, "now", "m", ("d" * 64,), {0: 3, 1: 1}))
-    pool = store._tree_pool.collection()
-    older = pool.get(include=["metadatas"])  # the tree as an older store wrote it: documents
-    pool.upsert(ids=older["ids"], documents=[str(m[TEXT_KEY]) for m in older["metadatas"]],
-                metadatas=[{k: v for k, v in m.items() if k != TEXT_KEY} for m in older["metadatas"]],
-                embeddings=tree_vectors)
-    pool.update(ids=older["ids"], metadatas=[{TEXT_KEY: None}] * len(older["ids"]))
-
-    assert [c.text for c in store.cached_leaves("p", ["s"])["s"][0]] == ["an older leaf"]
-    assert store.cached_summaries("p", ["k"])["k"][0] == "an older summary"
-    assert store.get_answer("a1").text == "an older answer"  # type: ignore[union-attr]
-    assert [n.text for n in store.get_nodes(1, ["s1.x"])] == ["summary"]
-    assert sorted(store.node_texts(1)[1]) == ["leaf 0", "leaf 1", "leaf 2", "summary"]
-    assert store.query_tree(1, tree_vectors[0], 1)[0].node.text == "leaf 0"
 
 
 def test_texts_are_kept_in_metadata_not_as_documents(any_store: ChromaStore, channel: ChannelKey) -> None:

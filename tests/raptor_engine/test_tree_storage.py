@@ -3,7 +3,6 @@ that never goes missing. Against embedded Chroma and a real `chroma run` server.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ import pytest
 from raptor_engine.errors import StoreError
 from raptor_engine.reclaim import FULL_TEXT_BLOAT, free_bytes, full_text_bytes, integrity
 from raptor_engine.store import TEXT_KEY, TREE_SLOTS, ChannelStore, ChromaStore, TreeState
+from raptor_engine.store.tree_format import state_metadata
 from raptor_engine.types import ChannelKey, Node
 from tests.conftest import REPO, start_chroma_server
 
@@ -211,10 +211,10 @@ def test_a_missing_served_tree_heals_to_the_newest_complete(
     store = any_store.channel(channel)
     _build(store, "h" * 64, 5, 1)
     nodes, vectors = _build(store, "h" * 64, 6, 2)
-    # What issue 13 saw: the state names a tree (an older store's collection) that is gone.
-    store._collections.open("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
-        "version": 3, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 9}),
-        "slot": None, "tag": None, "previous": None}])
+    # What issue 13 saw: the state names a tree that is gone (a racing build wrote over it, or
+    # an older store lost its collection: see test_migrations).
+    gone = TreeState(3, "now", "m", (), {0: 9}, slot=0, tag="3.gone")
+    store._collections.open("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[state_metadata(gone, None)])
     caplog.set_level(logging.WARNING, logger="raptor_engine.store")
     fresh = any_store.channel(channel)
     state = fresh.live_state()
@@ -222,31 +222,6 @@ def test_a_missing_served_tree_heals_to_the_newest_complete(
     assert "v3 is missing; serving v2" in caplog.text
     assert fresh.query_tree(2, vectors[0], 1)[0].node.text == nodes[0].text
     assert any_store.channel(channel).live_state().version == 2  # healed in the store, not in memory
-
-
-def test_an_older_store_keeps_serving_and_moves_over(any_store: ChromaStore, channel: ChannelKey) -> None:
-    store = any_store.channel(channel)
-    nodes, vectors = _tree("i" * 64, 4, 1)
-    # A tree as older stores kept it: a collection of its own, and a state without slot or tag.
-    legacy = any_store._client.create_collection(f"{store._collections.prefix}-t1", embedding_function=None,
-                                                 configuration={"hnsw": {"space": "cosine"}})
-    from raptor_engine.store import node_metadata
-
-    legacy.add(ids=[n.id for n in nodes], documents=[n.text for n in nodes],
-               metadatas=[node_metadata(n) for n in nodes], embeddings=vectors)
-    store._collections.open("meta").upsert(ids=["state"], embeddings=[[1.0]], metadatas=[{
-        "version": 1, "built_at": "now", "embedder": "m", "layers": json.dumps({"0": 4, "1": 1}),
-        "sources": ["i" * 64]}])
-    reader = any_store.channel(channel)
-    assert reader.live_state().version == 1
-    assert reader.query_tree(1, vectors[0], 1)[0].node.text == nodes[0].text
-    assert [n.id for n in reader.get_nodes(1, ["s1.root"])] == ["s1.root"]
-    assert reader.next_version() == 2
-    _build(reader, "i" * 64, 4, 2)
-    assert reader.get_nodes(1, ["s1.root"])  # kept as the previous tree for readers in flight
-    _build(reader, "i" * 64, 4, 3)
-    assert f"{store._collections.prefix}-t1" not in [c.name for c in any_store._client.list_collections()]
-    assert any_store.channel(channel).live_state().version == 3
 
 
 # -- durability across a kill --------------------------------------------------------
@@ -307,26 +282,6 @@ def test_a_server_killed_after_a_write_comes_back_whole(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait(timeout=15)
-
-
-def test_a_store_kept_in_three_slots_drops_the_third_once_its_tree_is_out_of_use(
-    tmp_path: Path, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Stores written when a channel kept three trees (served, previous, one being built): the
-    first build after the upgrade leaves the third slot's tree as the previous one; the
-    next drops its records, and the tree served last still answers."""
-    store = ChromaStore.embedded(tmp_path / "chroma").channel(channel)
-    for module in ("tree_builds", "tree_reads"):  # the modules that read the slot count
-        monkeypatch.setattr(f"raptor_engine.store.{module}.TREE_SLOTS", 3)
-    for seed in range(3):
-        _build(store, "a" * 64, 20, seed)
-    assert store.live_state().slot == 2
-    monkeypatch.undo()
-    _build(store, "a" * 64, 20, 3)
-    assert {m["slot"] for m in store._tree_pool.collection().get(include=["metadatas"])["metadatas"]} == {0, 1, 2}
-    nodes, vectors = _build(store, "a" * 64, 20, 4)
-    assert {m["slot"] for m in store._tree_pool.collection().get(include=["metadatas"])["metadatas"]} == {0, 1}
-    assert store.query_tree(store.live_state().version, vectors[5], 1)[0].node.text == nodes[5].text
 
 
 def test_rebuilds_write_no_text_into_chromas_full_text_index(tmp_path: Path, channel: ChannelKey) -> None:

@@ -1,0 +1,122 @@
+"""Questions to a channel: its material retrieved, and answered whole or as it is written.
+
+Contract of :class:`Questions` (the engine is its one caller; ``Engine.retrieve``, ``answer``
+and ``answer_stream`` state the public side): a question is retrieved against the channel's
+served tree and its sources not yet built into it, with the served trees' BM25 indexes and the
+fresh leaves kept in memory (``search_indexes.py``), and hits from sources not yet in the tree
+titled and linked as their source. Retrieval runs in the foreground (rebuilds step aside while
+it runs, ``background.py``); so does the offline answerer's work, while a language model's
+answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with no source and
+``ChannelError`` when the tree was built with another embedding model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+
+from raptor_engine.answering import ExtractiveAnswerer
+from raptor_engine.background import ForegroundGate
+from raptor_engine.errors import ChannelError, NoMaterial
+from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer
+from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
+from raptor_engine.search_indexes import ChannelIndexes
+from raptor_engine.store import ChannelStore
+from raptor_engine.types import Answer, ChannelKey, Hit, Source
+
+
+class Questions:
+    """Retrieval and answers for the engine's channels. See the module docstring."""
+
+    def __init__(
+        self,
+        channels: Callable[[ChannelKey], ChannelStore],
+        embedder: Embedder,
+        answerer: Answerer,
+        indexes: ChannelIndexes,
+        gate: ForegroundGate,
+        leaf_profile: str,
+        settings: RetrievalSettings,
+    ) -> None:
+        """``channels`` opens a channel's store; ``settings`` are used when a call gives none."""
+        self._channels = channels
+        self._embedder = embedder
+        self._answerer = answerer
+        self._indexes = indexes
+        self._gate = gate
+        self._leaf_profile = leaf_profile
+        self._settings = settings
+
+    @property
+    def streams(self) -> bool:
+        """Whether the answerer gives answers as they are written."""
+        return isinstance(self._answerer, StreamingAnswerer)
+
+    def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> list[Hit]:
+        """The nodes that best answer ``question``, best first, within the token budget."""
+        with self._gate.foreground():
+            return self._retrieval(key, question, settings).hits
+
+    async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Answer:
+        """An answer to ``question`` from the channel's material, citing the nodes it used; the
+        offline answerer also hears the question's scope."""
+        with self._gate.foreground():
+            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+            if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
+                return await self._answerer.answer(question, found.hits, found.scope)
+        # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
+        return await self._answerer.answer(question, found.hits)
+
+    async def answer_stream(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> AnswerStream:
+        """The answer as it is written; retrieval is done (and fails) here, the model is asked
+        when the stream is read. An answerer that does not stream gives its whole answer as one piece."""
+        if not isinstance(self._answerer, StreamingAnswerer):
+            return _Answered(await self.answer(key, question, settings))
+        with self._gate.foreground():
+            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+        # As in answer(): a remote model's answer is a wait, not work on our CPU.
+        return self._answerer.answer_stream(question, found.hits)
+
+    def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
+        """The hits for ``question`` (titled) and its scope in the channel."""
+        settings = settings or self._settings
+        channel = self._channels(key)
+        state = channel.live_state()
+        if state is not None and state.embedder_id != self._embedder.model_id:
+            raise ChannelError(
+                f"this channel's tree was built with the embedding model {state.embedder_id!r} but "
+                f"{self._embedder.model_id!r} is configured now: rebuild the channel"
+            )
+        sources = {s.id: s for s in channel.list_sources()}
+        if not sources:
+            raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
+        pending = [sid for sid in sources if state is None or sid not in state.source_ids]
+        query = Query(question, self._embedder.embed([question])[0])
+        # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
+        indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
+        found = retrieve_scoped(channel, state, query, settings, indexes)
+        return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
+
+
+class _Answered:
+    """An :class:`AnswerStream` of an answer already made: its text as one piece."""
+
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
+
+    @property
+    def answer(self) -> Answer:
+        return self._answer
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        if self._answer.text:
+            yield self._answer.text
+
+
+def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:
+    """Fills in the title and link of hits from sources not yet in the tree."""
+    if hit.node.title or not hit.node.source_ids or hit.node.source_ids[0] not in sources:
+        return hit
+    source = sources[hit.node.source_ids[0]]
+    return replace(hit, node=replace(hit.node, title=source.title, link=source.link))
