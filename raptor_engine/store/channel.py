@@ -238,8 +238,9 @@ class ChannelStore:
         """The nodes with these ids in a tree version (missing ids are skipped), in the order asked."""
         return self._tree_reads.nodes(version, ids)
 
-    def node_texts(self, version: int) -> tuple[list[str], list[str]]:
-        """The ids and texts of every node of a tree version (to index them lexically)."""
+    def node_texts(self, version: int) -> tuple[list[str], list[str], list[str]]:
+        """The ids, texts and titles of every node of a tree version (to index them lexically);
+        a leaf's title is its source's, a summary's is empty."""
         return self._tree_reads.texts(version)
 
     def list_layer(self, version: int, layer: int, limit: int) -> list[Node]:

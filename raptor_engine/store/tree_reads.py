@@ -121,11 +121,13 @@ class TreeReads:
         found = {i: node_from(i, m) for i, m in zip(node_ids, got["metadatas"])}
         return [found[i] for i in ids if i in found]
 
-    def texts(self, version: int) -> tuple[list[str], list[str]]:
-        """The ids and texts of every node of a tree version (to index them lexically)."""
+    def texts(self, version: int) -> tuple[list[str], list[str], list[str]]:
+        """The ids, texts and titles of every node of a tree version (to index them lexically);
+        a leaf's title is its source's, a summary's is empty."""
         with translated("reading node texts"):
             node_ids, metadatas = self._records(version, None)
-        return node_ids, [str(m[TEXT_KEY]) for m in metadatas]
+        titles = [str(m["title"]) if m["layer"] == 0 else "" for m in metadatas]
+        return node_ids, [str(m[TEXT_KEY]) for m in metadatas], titles
 
     def layer(self, version: int, layer: int, limit: int) -> list[Node]:
         """Up to ``limit`` nodes of one layer of a tree version, widest (most children) first."""

@@ -99,7 +99,7 @@ def test_an_older_build_never_switches_back(any_store: ChromaStore, channel: Cha
     assert not slow.switch_to(_state(slow_version, slow_nodes, "d" * 64))
     reader = any_store.channel(channel)
     assert reader.live_state().version == served
-    ids, _ = reader.node_texts(served)  # read whole: the nearest-neighbour query below is approximate
+    ids, _, _ = reader.node_texts(served)  # read whole: the nearest-neighbour query below is approximate
     assert sorted(ids) == sorted(node.id for node in fast_nodes)  # (a filtered HNSW search missed one once)
     hits = reader.query_tree(served, fast_vectors[0], 100)
     assert hits and {h.node.source_ids[0] for h in hits} == {"e" * 64}
@@ -122,7 +122,7 @@ def test_two_builders_of_one_version_never_mix(any_store: ChromaStore, channel: 
     assert two.switch_to(_state(version, two_nodes, "k" * 64))
     assert not one.switch_to(_state(version, one_nodes, "j" * 64))  # not newer than the served one
     reader = any_store.channel(channel)
-    ids, _ = reader.node_texts(version)  # read whole: the nearest-neighbour query below is approximate
+    ids, _, _ = reader.node_texts(version)  # read whole: the nearest-neighbour query below is approximate
     assert sorted(ids) == sorted(node.id for node in two_nodes)
     hits = reader.query_tree(version, one_vectors[0], 100)
     assert hits and {h.node.source_ids[0] for h in hits} == {"k" * 64}

@@ -1,0 +1,64 @@
+"""A source's title is among its leaves' words for BM25 where it tells sources apart.
+
+Three handbooks say the same things with different figures; only the file name says
+which team's is which. A question naming the team must find that team's passage by its
+words, before any rebuild (fresh leaves) and after one (the served tree's index). In a
+channel of one document the title is in every leaf and tells nothing: it stays out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raptor_engine import Document
+from raptor_engine.search_indexes import ChannelIndexes, titled
+from raptor_engine.store import ChromaStore
+from raptor_engine.store.leaves import leaf_id
+from raptor_engine.types import ChannelKey
+from tests.conftest import make_engine
+
+TEAMS = {"kestrel": 3, "osprey": 5, "heron": 7}
+
+
+def handbook(months: int) -> str:
+    return (f"New staff get their laptop on the first day. The probation period lasts {months} months. "
+            "Reviews happen with the team lead every quarter.")
+
+
+@pytest.mark.parametrize("built", [False, True], ids=["before-any-build", "after-a-build"])
+def test_a_question_naming_a_document_by_its_title_finds_its_passage_by_words(store, embedder, channel, built) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(store, embedder)
+    sources = {team: engine.ingest(channel, Document(handbook(months), f"{team} handbook.md")).source.id
+               for team, months in TEAMS.items()}
+    if built:
+        asyncio.run(engine.rebuild(channel))
+    one = store.channel(channel)
+    state = one.live_state()
+    pending = [] if built else list(sources.values())
+    lexical = ChannelIndexes().for_question(channel, one, state, pending, engine._leaf_profile).lexical
+    assert lexical is not None
+    for team, source_id in sources.items():
+        [(best, _)] = lexical.top(f"How long is the {team} probation?", 1)
+        assert best == leaf_id(source_id, 0), team
+
+
+def test_a_one_document_tree_indexes_no_title_words(store: ChromaStore, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(store, embedder)
+    engine.ingest(channel, Document(handbook(3), "kestrel handbook.md"))
+    asyncio.run(engine.rebuild(channel))
+    one = store.channel(channel)
+    state = one.live_state()
+    assert state is not None
+    assert ChannelIndexes().tree(channel, one, state).lexical.frequencies(["kestrel", "probation"])[0] == 0
+
+    engine.ingest(channel, Document(handbook(5), "osprey handbook.md"))
+    asyncio.run(engine.rebuild(channel))
+    state = one.live_state()
+    assert state is not None
+    assert ChannelIndexes().tree(channel, one, state).lexical.frequencies(["kestrel"]) == [1]
+
+
+def test_titled_puts_each_title_before_its_text() -> None:
+    assert titled(["a text", "b text"], ["A.md", ""]) == ["A.md\na text", "b text"]
