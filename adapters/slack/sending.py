@@ -17,9 +17,9 @@ draft removed, so no text is lost.
 
 What a draft shows is the answer's text made safe as a finished reply's is (see
 :mod:`adapters.slack.blocks`): links unmasked, then ``<`` escaped in a stream or the
-text escaped as mrkdwn in an edit. A stream only ever appends, so it carries the
-:func:`~adapters.untrusted_text.settled` part of the text, which later text cannot turn
-into a link.
+text escaped as mrkdwn in an edit. A stream only ever appends: the safe form of the text
+so far always begins the safe form of the text later (see
+:mod:`adapters.untrusted_text`), so what is appended is what the safe form gained.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from slack_sdk.errors import SlackApiError
 from adapters.slack.blocks import SlackMessage, escape, markdown_text, render_reply
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.web import TRANSPORT_ERRORS, error_code, in_thread
-from adapters.untrusted_text import settled, unmask_links
+from adapters.untrusted_text import unmask_links
 from bot.neutral import Reply, ReplyKind
 
 log = logging.getLogger(__name__)
@@ -89,10 +89,10 @@ class SlackDraft:
     async def show(self, text: str) -> None:
         """Shows ``text`` (the answer so far); raises only what the network raises."""
         if self._mode == "new":
-            if not (self._thread and await self._start_stream(streamed_text(settled(text)))):
+            if not (self._thread and await self._start_stream(streamed_text(text))):
                 await self._post(text)
         elif self._mode == "stream":
-            await self._append(streamed_text(settled(text)))
+            await self._append(streamed_text(text))
         elif self._mode == "edits" and self._clock() >= self._not_before:
             await self._edit(text)
 
@@ -215,8 +215,8 @@ class SlackDraft:
 
 
 def streamed_text(text: str) -> str:
-    """An answer's text (or the settled part of it) as a native stream carries it: its links
-    unmasked, its ``<`` escaped (:func:`~adapters.slack.blocks.markdown_text`)."""
+    """An answer's text (so far) as a native stream carries it: its links unmasked, its ``<``
+    escaped (:func:`~adapters.slack.blocks.markdown_text`)."""
     return markdown_text(unmask_links(text))
 
 
