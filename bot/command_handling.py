@@ -2,7 +2,8 @@
 forget, node, tree, feedback and help.
 
 Contracts (a part of :class:`bot.handler.ChatHandler`): an unknown command is answered
-with the command list; ``rebuild`` and ``forget`` are for the channel's admins only (see
+with the command list, privately (a mistyped command is the person's own business, not
+the channel's); ``rebuild`` and ``forget`` are for the channel's admins only (see
 :func:`bot.commands.may_manage`), and anyone else is told so privately. Rebuild requests
 are limited per channel and hour (``bot.rate_limits``, a channel's own in their place),
 a refusal saying when to try again; a channel with no source is told so at once, without
@@ -48,7 +49,7 @@ class CommandHandling:
         name = command.name.strip().lstrip("/").lower()  # adapters parse with bot.commands; be lenient anyway
         spec = commands.COMMANDS.get(name)
         if spec is None:
-            await self._info(send, command, replies.help_text(unknown=name))
+            await send(Reply(ReplyKind.INFO, replies.help_text(unknown=name), private=True, thread=command.thread))
             return
         if spec.admin_only and not commands.may_manage(command.person, command.channel, self._config.bot):
             await send(Reply(ReplyKind.ERROR, replies.refusal_text(name), private=True, thread=command.thread))

@@ -150,9 +150,9 @@ def as_slack_keeps(blocks: Any) -> list[Any]:
     return kept
 
 
-def sign(secret: str, timestamp: str, body: str) -> str:
-    """``X-Slack-Signature`` as Slack computes it."""
-    base = f"v0:{timestamp}:{body}".encode()
+def sign(secret: str, timestamp: str, body: str | bytes) -> str:
+    """``X-Slack-Signature`` as Slack computes it (over the body's bytes as sent)."""
+    base = f"v0:{timestamp}:".encode() + (body.encode() if isinstance(body, str) else body)
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
@@ -668,7 +668,7 @@ class SlackStandIn:
 
     async def post_http(
         self,
-        body: str,
+        body: str | bytes,
         content_type: str,
         *,
         retry: int = 0,
@@ -676,7 +676,8 @@ class SlackStandIn:
         secret: str | None = None,
     ) -> Delivery:
         """POSTs ``body`` to the app as Slack does, signed with ``secret`` (default: the real
-        one) at ``timestamp`` (default: now)."""
+        one) at ``timestamp`` (default: now). Bytes are sent as they are (a body that is
+        not UTF-8); text is encoded as UTF-8."""
         assert self._session is not None and self.app_url, "the app's URL is not set"
         stamp = timestamp or str(int(time.time()))
         headers = {
@@ -687,7 +688,8 @@ class SlackStandIn:
         if retry:
             headers.update({"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"})
         sent = time.perf_counter()
-        async with self._session.post(self.app_url, data=body.encode(), headers=headers) as response:
+        data = body.encode() if isinstance(body, str) else body
+        async with self._session.post(self.app_url, data=data, headers=headers) as response:
             text = await response.text()
             return Delivery(response.status, text, time.perf_counter() - sent, sent)
 

@@ -232,6 +232,7 @@ class ConsoleDraft:
         self._shown = ""
 
     async def show(self, text: str) -> None:
+        text = translate.printable(text)
         if text.startswith(self._shown):
             self._write_partial(text[len(self._shown):])
             self._shown = text

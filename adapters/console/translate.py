@@ -7,6 +7,12 @@ A plain line is a question. A line starting with ``/`` is a command:
 handler (``/ask``, ``/rebuild``, ``/status``, ``/sources``, ``/forget``,
 ``/node``, ``/tree``, ``/help``; unknown names get help).
 
+A reply is printed as text (:func:`render_reply`) with no control character but the
+line end and the tab (:func:`printable`): a terminal has no mention, and a masked
+Markdown link shows its address as written, but an escape sequence in a document or a
+model's answer could make a hidden link (OSC 8), move the cursor or rewrite what was
+printed.
+
 The only input/output here is reading the file named by ``/upload``; the
 caller runs :func:`parse_line` in a worker thread for that reason.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +46,7 @@ from bot.replies import FILE_TYPES
 log = logging.getLogger(__name__)
 
 PLATFORM = "console"
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 PIN_PREFIX = "console-pin-"
 QUIT_WORDS = ("quit", "exit")
 
@@ -158,10 +166,14 @@ def pinned_notice(pin: Pin) -> str:
 
 
 def render_reply(reply: Reply) -> str:
-    """A reply as terminal text: an answer with its numbered sources, progress lines
-    prefixed with ``… ``, errors with ``! `` and their reference. An answer's Markdown is
-    printed as written (a terminal shows it as plain text, readable as it is), except
-    its tables, laid out in aligned columns."""
+    """A reply as terminal text, :func:`printable`: an answer with its numbered sources,
+    progress lines prefixed with ``… ``, errors with ``! `` and their reference. An
+    answer's Markdown is printed as written (a terminal shows it as plain text, readable
+    as it is), except its tables, laid out in aligned columns."""
+    return printable(_reply_text(reply))
+
+
+def _reply_text(reply: Reply) -> str:
     if reply.kind is ReplyKind.ANSWER:
         return replies.cited_text(align_tables(reply.text), reply.warning, reply.citations)
     if reply.kind is ReplyKind.PROGRESS:
@@ -172,6 +184,13 @@ def render_reply(reply: Reply) -> str:
             text += f" (reference {reply.reference})"
         return f"! {text}"
     return reply.text
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters (C0 but the line end and the tab, DEL, C1): no
+    escape sequence from a document or a model reaches the terminal. Character by
+    character, so the text printed of an answer as it grows is the same either way."""
+    return _CONTROLS.sub("", text)
 
 
 def picture_notice(path: Path) -> str:

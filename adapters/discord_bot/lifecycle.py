@@ -5,8 +5,8 @@ the parts that handle Discord's events (:mod:`~adapters.discord_bot.messages`,
 :mod:`~adapters.discord_bot.pins`, :mod:`~adapters.discord_bot.interactions`) build
 on it. Contract:
 
-* the client asks Discord for :func:`intents` only, and never mentions anyone but the
-  person it answers (``ALLOWED_MENTIONS``);
+* the client asks Discord for :func:`intents` only, and never mentions anyone
+  (``ALLOWED_MENTIONS``, none: not even the person it answers);
 * the slash command tree is synced at start-up; a failed sync is logged, not fatal;
 * every event handler runs inside :meth:`ClientCore._tracked`, so :meth:`ClientCore.close`
   can let the events being handled finish (for :data:`SHUTDOWN_GRACE_S`) before it

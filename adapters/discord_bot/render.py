@@ -16,6 +16,13 @@ written: Discord renders lists, headings, quotes and code itself. Discord does
 not render tables, so a pipe table becomes a fenced code block with its columns
 aligned. Text quoted from documents in the sources stays escaped.
 
+Documents and models never speak in the bot's voice: every text of a reply goes
+through :func:`safe_text` (its links unmasked, its ``@everyone``, ``@here``, ``<@…>``
+and ``<@&…>`` broken by a zero-width space, so they show as text and never notify)
+before the bot adds its own; the link it makes to a source's file or message stays a
+link. The messages are also sent with no mention allowed
+(``adapters.discord_bot.sending``).
+
 Nothing is cut: text over a limit continues in the next embed or message, cut at
 a paragraph, line, sentence or word, never inside a code block that fits in one
 piece (one that does not is closed and reopened across pieces).
@@ -36,6 +43,7 @@ import discord
 
 from adapters.discord_bot import translate
 from adapters.markdown_text import align_tables, close_open_fence, split_markdown
+from adapters.untrusted_text import unmask_links
 from bot import replies
 from bot.neutral import Attachment, CitationKind, CitationView, Reply, ReplyKind
 
@@ -90,9 +98,23 @@ def render_reply(reply: Reply) -> list[Outgoing]:
     return text_messages(reply_text(reply), reply.attachments)
 
 
+def safe_text(text: str) -> str:
+    """Text from a document, a model or a person as the bot's message may show it: links
+    unmasked (:func:`adapters.untrusted_text.unmask_links`), mentions made inert (a
+    zero-width space after their ``@``, as :func:`discord.utils.escape_mentions` does)."""
+    return discord.utils.escape_mentions(unmask_links(text))
+
+
+def draft_content(text: str) -> str:
+    """An answer's text so far, as the content of the message that shows it while it is
+    written: made safe (:func:`safe_text`), within a message's 2,000 characters."""
+    content = safe_text(text)
+    return content if len(content) <= CONTENT_LIMIT else content[: CONTENT_LIMIT - 1] + "…"
+
+
 def reply_text(reply: Reply) -> str:
-    """A non-answer reply as text: progress and errors marked, an error's reference added."""
-    text = reply.text.strip()
+    """A non-answer reply as text, made safe: progress and errors marked, an error's reference added."""
+    text = safe_text(reply.text.strip())
     if reply.kind is ReplyKind.ERROR:
         if reply.reference and reply.reference not in text:
             text += f" (reference {reply.reference})"
@@ -122,10 +144,10 @@ def split_text(text: str, limit: int) -> list[str]:
 
 
 def answer_markdown(text: str) -> str:
-    """An answer's Markdown as Discord shows it well: each table a fixed-width code block
-    with aligned columns, a code block the text leaves open closed (so the warning after
-    it is not code); everything else as written."""
-    return close_open_fence(align_tables(text.strip(), fenced=True))
+    """An answer's Markdown as Discord shows it well, made safe (:func:`safe_text`): each
+    table a fixed-width code block with aligned columns, a code block the text leaves open
+    closed (so the warning after it is not code); everything else as written."""
+    return close_open_fence(align_tables(safe_text(text.strip()), fenced=True))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -146,7 +168,7 @@ def answer_embeds(reply: Reply) -> list[discord.Embed]:
     """The answer text (and its warning) in as many embeds as its length needs."""
     text = answer_markdown(reply.text) or EMPTY_TEXT
     if reply.warning:
-        text += f"\n\n{ERROR_MARK}*{discord.utils.escape_markdown(reply.warning.strip())}*"
+        text += f"\n\n{ERROR_MARK}*{discord.utils.escape_markdown(safe_text(reply.warning.strip()))}*"
     return [discord.Embed(description=part, colour=ANSWER_COLOUR) for part in split_text(text, DESCRIPTION_LIMIT)]
 
 
@@ -236,8 +258,9 @@ def is_web_link(link: str) -> bool:
 
 
 def _plain(text: str) -> str:
-    """One line with Discord's markdown escaped: titles and quotes come from documents."""
-    return discord.utils.escape_markdown(" ".join(text.split()))
+    """One line with Discord's markdown escaped and made safe (:func:`safe_text`): titles and
+    quotes come from documents."""
+    return discord.utils.escape_markdown(safe_text(" ".join(text.split())))
 
 
 def _cut(text: str, limit: int) -> str:

@@ -9,6 +9,10 @@ message naming it is posted where it can be.
 the message is edited at most every :data:`EDIT_EVERY_S` (Discord allows 5 edits per 5 s in a
 channel; discord.py waits out a 429 by itself), and the last edit puts the finished reply,
 rendered as it would have been posted, in its place.
+
+Every message and edit is sent with :data:`ALLOWED_MENTIONS`, none: what a reply says never
+notifies anyone, whatever a document or a model put in it (the rendering also shows such
+mentions as inert text, :func:`~adapters.discord_bot.render.safe_text`).
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ log = logging.getLogger(__name__)
 TYPING_EVERY_S = 8.0  # Discord shows "typing" for 10 s after each request
 TYPING_TIMEOUT_S = 2.0  # a slow typing request must not hold the work up
 FOLLOWUP_TOKEN_S = 14 * 60  # interaction tokens last 15 minutes; past this, post in the channel instead
-ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
+# No one: not @everyone, a user, a role, nor the author of the message replied to.
+ALLOWED_MENTIONS = discord.AllowedMentions.none()
 EDIT_EVERY_S = 1.25  # between two edits of a draft: 4 per 5 s, Discord allows 5 per 5 s in a channel (room for the last)
-DRAFT_CHARS = 2000  # a message's content limit
 
 
 # -- sending ---------------------------------------------------------------------------------
@@ -86,7 +90,8 @@ class ChannelSend:
             reference = None
             if self._reply_to is not None and destination is self._channel:
                 reference = self._reply_to.to_reference(fail_if_not_exists=False)
-            message: discord.Message = await destination.send(content=content, reference=reference)
+            message: discord.Message = await destination.send(content=content, reference=reference,
+                                                              allowed_mentions=ALLOWED_MENTIONS)
             return message
 
     async def report(self, reply: Reply) -> None:
@@ -131,7 +136,7 @@ class ChannelSend:
     async def _notify(self, destination: Any, reference: str) -> None:
         notice = render.send_failed_reply(reference)
         try:
-            await destination.send(content=render.reply_text(notice))
+            await destination.send(content=render.reply_text(notice), allowed_mentions=ALLOWED_MENTIONS)
         except Exception:
             log.exception("could not post the failure notice either (reference %s)", reference)
 
@@ -148,11 +153,11 @@ class _EditedDraft:
         self._message: discord.Message | discord.WebhookMessage | None = None
 
     async def show(self, text: str) -> None:
-        content = text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"
+        content = render.draft_content(text)
         if self._message is None:
             self._message = await self._post_first(content)
         else:
-            await self._message.edit(content=content)
+            await self._message.edit(content=content, allowed_mentions=ALLOWED_MENTIONS)
 
     async def finish(self, reply: Reply) -> None:
         """The finished reply in the draft's place: its first message by an edit, the others
@@ -170,7 +175,7 @@ class _EditedDraft:
                 return
             arguments = message_arguments(first)
             await self._message.edit(content=arguments.get("content"), embeds=arguments.get("embeds", []),
-                                     view=arguments.get("view"))
+                                     view=arguments.get("view"), allowed_mentions=ALLOWED_MENTIONS)
             for outgoing in rest:
                 await self._post_more(outgoing)
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
@@ -234,7 +239,8 @@ class InteractionSend:
             channel = self._channel()
             if channel is not None:
                 with suppress(Exception):
-                    await channel.send(content=render.reply_text(render.failure_reply(reference)))
+                    await channel.send(content=render.reply_text(render.failure_reply(reference)),
+                                       allowed_mentions=ALLOWED_MENTIONS)
             return False
         self._pending, self._pending_private = thinking, ephemeral
         return True
@@ -306,14 +312,14 @@ class InteractionSend:
     async def _notify(self, reference: str, private: bool) -> None:
         content = render.reply_text(render.send_failed_reply(reference))
         try:
-            await self._interaction.followup.send(content=content, ephemeral=private)
+            await self._interaction.followup.send(content=content, ephemeral=private, allowed_mentions=ALLOWED_MENTIONS)
             return
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
             log.warning("could not post the failure notice as a follow-up (reference %s)", reference)
         channel = self._channel()
         if channel is not None:
             with suppress(Exception):
-                await channel.send(content=content)
+                await channel.send(content=content, allowed_mentions=ALLOWED_MENTIONS)
 
     def _channel(self) -> Any:
         if self._interaction.channel is None and self._interaction.channel_id is not None:
@@ -342,8 +348,8 @@ class InteractionDraft(_EditedDraft):
 
 
 def message_arguments(outgoing: Outgoing) -> dict[str, Any]:
-    """The keyword arguments of ``send`` for one outgoing message."""
-    arguments: dict[str, Any] = {}
+    """The keyword arguments of ``send`` for one outgoing message (no mention allowed)."""
+    arguments: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
     if outgoing.content:
         arguments["content"] = outgoing.content
     if outgoing.embeds:

@@ -5,11 +5,13 @@ composition root.
 :class:`~adapters.slack.handling.SlackHandling` and the ``AsyncApp``
 (:func:`~adapters.slack.listeners.build_app`), then serves in ``slack.mode``: Socket
 Mode (the app token is checked first; the session is watched by
-:mod:`~adapters.slack.watchdog`), or HTTP mode behind an aiohttp server with a
-health check at :data:`HEALTH_PATH`. Once it receives events it registers the
-handling's courier with the bot (platform ``"slack"``), so replies without an event (a
-rebuild run by a worker process) can be posted. It runs until cancelled, then stops receiving,
-lets the events being worked on finish, and closes its connections.
+:mod:`~adapters.slack.watchdog`), or HTTP mode behind an aiohttp server (the endpoint,
+which checks each request's signature before reading it, is
+:class:`~adapters.slack.endpoint.EventsEndpoint`) with a health check at
+:data:`HEALTH_PATH`. Once it receives events it registers the handling's courier with the
+bot (platform ``"slack"``), so replies without an event (a rebuild run by a worker
+process) can be posted. It runs until cancelled, then stops receiving, lets the events
+being worked on finish, and closes its connections.
 
 Tokens and the signing secret come only from :class:`~bot.config.SlackConfig`
 (bolt is given every one explicitly, so its environment fallbacks never
@@ -27,7 +29,6 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -36,6 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.loop_watchdog import LoopWatchdog
 from adapters.slack import web as slack_web
+from adapters.slack.endpoint import EventsEndpoint
 from adapters.slack.handling import DRAIN_TIMEOUT_S, MAX_CONCURRENT_EVENTS, SlackHandling
 from adapters.slack.listeners import build_app
 from adapters.slack.translate import PLATFORM, BotIdentity
@@ -172,15 +174,11 @@ async def _serve_socket(
 async def _serve_http(
     app: AsyncApp, handling: SlackHandling, config: SlackConfig, on_ready: Callable[[SlackRunning], None] | None
 ) -> None:
-    async def events(request: web.Request) -> web.Response:
-        response = await app.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(response)
-
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     server = web.Application()
-    server.router.add_post(config.http_path, events)
+    server.router.add_post(config.http_path, EventsEndpoint(app, config.signing_secret.get_secret_value()).handle)
     server.router.add_get(HEALTH_PATH, health)
     runner = web.AppRunner(server, access_log=None, shutdown_timeout=5.0)
     await runner.setup()

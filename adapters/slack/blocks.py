@@ -14,6 +14,15 @@ heading's hashes. Everything else, and above all the quotes of documents in
 the sources, stays escaped mrkdwn, so a document's text is never taken for
 markup.
 
+Documents and models never speak in the bot's voice: every text of a reply (the
+answer, the sources' titles and quotes, any other reply) has its links unmasked
+(:func:`adapters.untrusted_text.unmask_links`) before it is rendered, and in a
+markdown block (or a streamed answer, :func:`markdown_text`) its ``<`` is escaped, so
+no ``<!channel>``, ``<!here>``, ``<!subteam^…>``, ``<@U…>`` or ``<url|label>`` in it
+is Slack's syntax; mrkdwn escapes ``&``, ``<`` and ``>`` as always. The links the bot
+makes (a source's title, linked to its file or message) are added after, and stay
+links.
+
 Slack's limits are kept by construction, never discovered through an API
 error: every section or context text is at most :data:`SECTION_TEXT_LIMIT`
 characters *as sent* (after escaping), the markdown blocks of a message hold
@@ -43,6 +52,7 @@ from adapters.slack.translate import (
     QUESTION_BLOCK,
     WORKING_REACTION,
 )
+from adapters.untrusted_text import unmask_links
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 
 log = logging.getLogger(__name__)
@@ -89,6 +99,15 @@ class _Part:
 def escape(text: str) -> str:
     """Text as Slack's mrkdwn shows it literally: ``&``, ``<`` and ``>`` escaped."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_text(text: str) -> str:
+    """Standard Markdown from a document or a model (its links unmasked already) as a markdown
+    block or a streamed answer may carry it: ``<`` escaped, so nothing in it is Slack's
+    ``<…>`` syntax (a mention, ``<!channel>``, a labelled link), which Slack reads in markdown
+    too; Slack shows ``&lt;`` as ``<``. ``&`` is left alone: a URL's query string in the text
+    stays as written, and Slack never reads an entity it decodes as syntax."""
+    return text.replace("<", "&lt;")
 
 
 def escaped_length(text: str) -> int:
@@ -163,7 +182,7 @@ def _text_parts(block_id: str, text: str, prefix: str = "", context: bool = Fals
     e.g. an emoji) goes before the first piece, its room kept free in every piece."""
     room = SECTION_TEXT_LIMIT - len(prefix)
     parts = []
-    for index, piece in enumerate(split_text(text, room)):
+    for index, piece in enumerate(split_text(unmask_links(text), room)):
         mrkdwn = (prefix if index == 0 else "") + escape(piece)
         make = _context if context else _section
         parts.append(_Part(make(f"{block_id}_{index}", mrkdwn), mrkdwn))
@@ -185,11 +204,11 @@ def kind_label(citation: CitationView) -> str:
 
 
 def _citation_part(citation: CitationView) -> _Part:
-    title = clip(citation.title or "untitled", TITLE_CHARS)
+    title = clip(unmask_links(citation.title) or "untitled", TITLE_CHARS)
     url = _link(citation.link)
     shown = f"<{url}|{escape(title).replace('|', '¦')}>" if url else escape(title)
     lines = [f"*[{citation.number}]* {shown} · _{kind_label(citation)}_"]
-    quote = clip(citation.quote, QUOTE_CHARS)
+    quote = clip(unmask_links(citation.quote), QUOTE_CHARS)
     if quote:
         lines.append(f">{escape(quote)}")
     accessory = None
@@ -214,20 +233,20 @@ def _feedback_part(answer_id: str) -> _Part:
 def _markdown_parts(text: str) -> list[_Part]:
     """The answer's text as markdown blocks, each in a message of its own when it is long.
 
-    The text goes as written: standard Markdown, which the markdown block renders (it
-    is not mrkdwn, so it is not escaped). Pieces are measured escaped, so that each
-    piece's fallback text (escaped, as every ``text`` is) fits as well.
+    The text goes as written, standard Markdown, which the markdown block renders (it is
+    not mrkdwn), but for its links, unmasked, and its ``<``, escaped (:func:`markdown_text`).
+    Pieces are measured escaped as mrkdwn, which counts each ``<`` as its escape does, so
+    that each piece's fallback text (escaped, as every ``text`` is) fits as well.
 
     The blocks carry the :data:`ANSWER_BLOCK` prefix that :mod:`adapters.slack.threads`
     looks for. Slack's documentation says it ignores a markdown block's ``block_id`` and
     does not keep it (and may return the block translated into others), so on Slack
     itself ``conversations.replies`` may not show that mark; the stand-in keeps it.
     """
-    pieces = split_markdown(text, MARKDOWN_TEXT_LIMIT, escaped_weight) or ["(no answer text)"]
-    return [
-        _Part({"type": "markdown", "block_id": f"{ANSWER_BLOCK}_{index}", "text": piece}, escape(piece), len(piece))
-        for index, piece in enumerate(pieces)
-    ]
+    pieces = split_markdown(unmask_links(text), MARKDOWN_TEXT_LIMIT, escaped_weight) or ["(no answer text)"]
+    blocks = [{"type": "markdown", "block_id": f"{ANSWER_BLOCK}_{index}", "text": markdown_text(piece)}
+              for index, piece in enumerate(pieces)]
+    return [_Part(block, escape(piece), len(block["text"])) for block, piece in zip(blocks, pieces, strict=True)]
 
 
 def _answer_parts(reply: Reply) -> list[_Part]:

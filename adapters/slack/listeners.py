@@ -3,12 +3,15 @@
 How a request reaches :class:`~adapters.slack.handling.SlackHandling` (:func:`build_app` wires it):
 
 1. bolt receives it: a Socket Mode envelope, or (HTTP mode) a POST whose ``v0``
-   signature and timestamp bolt verifies (a bad or more than 5 minutes old one
-   gets 401, and nothing runs);
-2. a global middleware asks :meth:`~adapters.slack.handling.SlackHandling.first_delivery`
+   signature and timestamp were verified before its body was read
+   (:mod:`adapters.slack.endpoint`; a bad or more than 5 minutes old one gets 401, and
+   nothing runs);
+2. ``app_rate_limited`` (Slack is dropping the app's events: it has no inner event) is
+   logged as a warning and acknowledged;
+3. a global middleware asks :meth:`~adapters.slack.handling.SlackHandling.first_delivery`
    and drops an Events API delivery seen already, by this replica or another (Slack's
    retries, told by ``X-Slack-Retry-Num``), with a bare 200;
-3. the listener acknowledges at once (bolt acks events before the listener runs;
+4. the listener acknowledges at once (bolt acks events before the listener runs;
    slash commands, clicks and form submissions call ``ack()`` first — an empty
    acknowledgement of a ``view_submission`` closes the modal) and hands the payload to
    the handling, which starts a background task and returns.
@@ -35,6 +38,9 @@ from adapters.slack import translate
 from adapters.slack.handling import SlackHandling
 from bot.config import SlackConfig
 
+log = logging.getLogger(__name__)
+
+HANDLED_EVENTS = ("app_mention", "message", "file_shared", "pin_added", "pin_removed")
 
 class _ClientTokenNotice(logging.Filter):
     """Drops bolt's warning that a token is unused because a client was given.
@@ -65,6 +71,15 @@ def build_app(handling: SlackHandling, config: SlackConfig) -> AsyncApp:
         process_before_response=False,
     )
 
+    async def note_rate_limits(body: dict[str, Any],
+                               next: Callable[[], Coroutine[Any, Any, None]]) -> BoltResponse | None:
+        if body.get("type") == "app_rate_limited":
+            log.warning("Slack: app_rate_limited: Slack is dropping this app's events from team %s "
+                        "(minute %s); events are missed until it stops", body.get("team_id"),
+                        body.get("minute_rate_limited"))
+            return BoltResponse(status=200, body="")
+        return await next()  # type: ignore[func-returns-value]
+
     async def drop_repeats(body: dict[str, Any], request: AsyncBoltRequest,
                            next: Callable[[], Coroutine[Any, Any, None]]) -> BoltResponse | None:
         retry = (request.headers.get("x-slack-retry-num") or [""])[0]
@@ -93,9 +108,14 @@ def build_app(handling: SlackHandling, config: SlackConfig) -> AsyncApp:
         await ack()  # closes the modal at once; the handling drops (and logs) a submission it cannot read
         handling.on_view(body)
 
+    async def ignore_event(event: dict[str, Any]) -> None:
+        log.debug("Slack: ignoring a %s event", event.get("type"))
+
+    app.middleware(note_rate_limits)
     app.middleware(drop_repeats)
-    for event_type in ("app_mention", "message", "file_shared", "pin_added", "pin_removed"):
+    for event_type in HANDLED_EVENTS:
         app.event(event_type)(on_event)
+    app.event(re.compile(".*"))(ignore_event)  # last: bolt runs the first listener that matches
     app.command(config.command)(on_command)
     app.action(re.compile(f"^{re.escape(translate.ACTION_PREFIX)}"))(on_action)
     # Every view_submission of ours (callback ids share the prefix): an unknown one is acknowledged and logged.

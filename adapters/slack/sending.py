@@ -14,6 +14,12 @@ out. At the end the stream is stopped and the message replaced by the reply exac
 :meth:`~adapters.slack.outbox.Outbox.deliver` renders it (a ``ratelimited`` replacement
 is retried after its delay); should that fail, the whole reply is posted anew and the
 draft removed, so no text is lost.
+
+What a draft shows is the answer's text made safe as a finished reply's is (see
+:mod:`adapters.slack.blocks`): links unmasked, then ``<`` escaped in a stream or the
+text escaped as mrkdwn in an edit. A stream only ever appends: the safe form of the text
+so far always begins the safe form of the text later (see
+:mod:`adapters.untrusted_text`), so what is appended is what the safe form gained.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from collections.abc import Callable
 
 from slack_sdk.errors import SlackApiError
 
-from adapters.slack.blocks import SlackMessage, escape, render_reply
+from adapters.slack.blocks import SlackMessage, escape, markdown_text, render_reply
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.web import TRANSPORT_ERRORS, error_code, in_thread
+from adapters.untrusted_text import unmask_links
 from bot.neutral import Reply, ReplyKind
 
 log = logging.getLogger(__name__)
@@ -82,10 +89,10 @@ class SlackDraft:
     async def show(self, text: str) -> None:
         """Shows ``text`` (the answer so far); raises only what the network raises."""
         if self._mode == "new":
-            if not (self._thread and await self._start_stream(text)):
+            if not (self._thread and await self._start_stream(streamed_text(text))):
                 await self._post(text)
         elif self._mode == "stream":
-            await self._append(text)
+            await self._append(streamed_text(text))
         elif self._mode == "edits" and self._clock() >= self._not_before:
             await self._edit(text)
 
@@ -124,7 +131,8 @@ class SlackDraft:
     # -- native streaming ----------------------------------------------------------------------
 
     async def _start_stream(self, text: str) -> bool:
-        """Starts a native stream with ``text``; False (logged) when Slack refuses streaming here."""
+        """Starts a native stream with ``text`` (safe already); False (logged) when Slack refuses
+        streaming here."""
         try:
             response = await self._client.chat_startStream(
                 channel=self._target.channel, thread_ts=self._thread, markdown_text=text,
@@ -141,6 +149,7 @@ class SlackDraft:
         return True
 
     async def _append(self, text: str) -> None:
+        """Appends what ``text`` (safe already, and beginning with what was streamed) adds."""
         delta = text[len(self._streamed_text):]
         if not delta:
             return
@@ -157,8 +166,8 @@ class SlackDraft:
 
     async def _stop_stream(self, reply: Reply) -> None:
         """Stops the stream, with the rest of an answer's text (the stream itself ends complete)."""
-        shown = self._streamed_text
-        rest = reply.text[len(shown):] if reply.kind is ReplyKind.ANSWER and reply.text.startswith(shown) else ""
+        shown, whole = self._streamed_text, streamed_text(reply.text)
+        rest = whole[len(shown):] if reply.kind is ReplyKind.ANSWER and whole.startswith(shown) else ""
         try:
             await self._client.chat_stopStream(channel=self._target.channel, ts=self._ts, markdown_text=rest or None)
         except SlackApiError as exc:  # the update below replaces the text all the same
@@ -205,9 +214,16 @@ class SlackDraft:
             log.warning("could not remove the draft %s in %s (%s)", self._ts, self._target.channel, error_code(exc))
 
 
+def streamed_text(text: str) -> str:
+    """An answer's text (so far) as a native stream carries it: its links unmasked, its ``<``
+    escaped (:func:`~adapters.slack.blocks.markdown_text`)."""
+    return markdown_text(unmask_links(text))
+
+
 def _draft_text(text: str) -> str:
-    """A draft's text as a message's ``text``: escaped for mrkdwn, within :data:`DRAFT_CHARS`."""
-    return escape(text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…")
+    """A draft's text as a message's ``text``: links unmasked, escaped for mrkdwn, within
+    :data:`DRAFT_CHARS`."""
+    return escape(unmask_links(text if len(text) <= DRAFT_CHARS else text[: DRAFT_CHARS - 1] + "…"))
 
 
 def _ratelimited_delay(error: SlackApiError) -> float:

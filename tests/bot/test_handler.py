@@ -307,6 +307,7 @@ def test_unexpected_failure_is_an_error_reply_with_a_logged_reference(
 
         unknown = await s.do(s.command(GUEST, "frobnicate"))
         assert unknown.kind is ReplyKind.INFO and unknown.text.startswith("I don't know the command “frobnicate”")
+        assert unknown.private  # shown to the person who typed it only
         assert "rebuild" in unknown.text and "node ID" in unknown.text
 
     run(engine, make_config(tmp_path, channel), channel, body)

@@ -64,15 +64,16 @@ def llm_engine(embedder: SentenceTransformerEmbedder, tmp_path: Path, client: LL
                   LLMAnswerer(client, client.settings))
 
 
-def ask(engine: Engine, tmp_path: Path, terminal: Terminal, question: str = QUESTION) -> str:
-    """Asks ``question`` at a console with the handbook; the finished answer's printed form."""
+def ask(engine: Engine, tmp_path: Path, terminal: Terminal, question: str = QUESTION, streamed: bool = True) -> str:
+    """Asks ``question`` at a console with the handbook (printing answers as they are written
+    when ``streamed``); the finished answer's printed form."""
     config = Config(data_dir=tmp_path / "data", console=ConsoleConfig(sample=False))
 
     async def session() -> str:
         bot = Assistant(config, AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
-            console = ConsoleChannel(bot, terminal.write, write_partial=terminal.partial)
+            console = ConsoleChannel(bot, terminal.write, write_partial=terminal.partial if streamed else None)
             key = ChannelKey("console", config.console.workspace, config.console.channel)
             await asyncio.to_thread(engine.ingest_bytes, key, SAMPLE.read_bytes(), "aurora-handbook.md", "", "me")
             await console.handle_line(question)

@@ -107,11 +107,11 @@ def test_a_long_answer_is_split_within_slacks_limits() -> None:
         assert len(message.blocks) <= MAX_BLOCKS and len(message.text) <= MAX_TEXT_CHARS
         assert all(len(t) <= SECTION_TEXT_LIMIT for t in mrkdwn_texts(message))
         assert sum(len(b["text"]) for b in message.blocks if b["type"] == "markdown") <= MARKDOWN_TEXT_LIMIT
-    # The answer reads whole, in order, across the messages, as written (Markdown, not escaped).
+    # The answer reads whole, in order, across the messages, as written (Markdown, its "<" escaped).
     answer = [b["text"] for m in messages for b in m.blocks if b["type"] == "markdown"]
     assert all(b.get("block_id", "").startswith("raptor_answer") for m in messages for b in m.blocks
                if b["type"] == "markdown")
-    assert " ".join(" ".join(answer).split()) == " ".join(reply.text.split())
+    assert " ".join(" ".join(answer).split()) == " ".join(reply.text.replace("<", "&lt;").split())
     sources = [b["block_id"] for m in messages for b in m.blocks if b.get("block_id", "").startswith("raptor_source_")]
     assert sources == [f"raptor_source_{n}" for n in range(1, 71)]
     assert [m.blocks[-1]["type"] for m in messages][-1] == "actions"  # feedback once, at the very end

@@ -83,7 +83,7 @@ def test_a_long_answer_is_split_into_messages_at_paragraphs_and_never_inside_cod
     assert all(piece.endswith((".", "```", "|")) for piece in pieces)  # cut at a paragraph's end
     assert any(TABLE in piece for piece in pieces)  # the table moved whole to one message
     joined = "\n".join(pieces).replace("```\n```python\n", "")  # the reopening undone
-    assert " ".join(joined.split()) == " ".join(text.split())
+    assert " ".join(joined.split()) == " ".join(text.replace("<", "&lt;").split())  # "<" is never Slack's syntax
     assert sum(1 for m in messages for b in m.blocks if b["type"] == "actions") == 1  # buttons once, at the end
 
 
