@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -360,7 +361,7 @@ def load_config(path: Path | None, environ: dict[str, str] | None = None) -> Con
         raise ConfigError(f"{path}: {_describe(exc)}") from None
 
 
-def _expand(value: Any, environ: dict[str, str] | os._Environ[str], where: tuple[str, ...]) -> Any:
+def _expand(value: Any, environ: Mapping[str, str], where: tuple[str, ...]) -> Any:
     """Replaces ``${NAME}`` in every string by the environment's value; a missing name is an error."""
     if isinstance(value, dict):
         return {k: _expand(v, environ, (*where, str(k))) for k, v in value.items()}

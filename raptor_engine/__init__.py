@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "OpenAIEmbedder": "llm", "SUPPORTED_SUFFIXES": "loaders",
     # the clustering worker and numba's kernel cache, for processes that manage them
     "warm_up_clustering": "cluster_worker:warm_up", "prestart_clustering": "cluster_worker:prestart",
+    "stop_worker_processes": "worker_process",
     "use_numba_cache_dir": "numba_cache:use_cache_dir",
     # the error tree
     "RaptorError": "errors", "RejectReason": "errors", "DocumentRejected": "errors", "ChannelError": "errors",
@@ -50,7 +51,7 @@ __all__ = [
     "RejectReason", "RetrievalMode", "RetrievalSettings", "SUPPORTED_SUFFIXES", "SentenceTransformerEmbedder",
     "Source", "SourceKind", "SpendingLimitReached", "StreamingAnswerer", "SpendingLimits", "StoreError", "StoreUnavailable",
     "Summarizer", "TokenCounter", "TreeStats", "channel_digest", "default_model_path", "prestart_clustering",
-    "quote", "use_numba_cache_dir", "warm_up_clustering",
+    "quote", "stop_worker_processes", "use_numba_cache_dir", "warm_up_clustering",
 ]  # the same names as _EXPORTS (tests/raptor_engine/test_public_api.py checks)
 
 
@@ -124,3 +125,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
         SourceKind,
         TreeStats,
     )
+    from raptor_engine.worker_process import stop_worker_processes

@@ -23,6 +23,7 @@ another CPU simply compiles once more; stale entries are never loaded.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -58,7 +59,7 @@ def use_cache_dir(data_dir: Path) -> Path:
     directory = (data_dir / SUBDIRECTORY).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[ENV_VAR] = str(directory)
-    if "numba" in sys.modules:
+    if "numba" in sys.modules:  # only asks whether it was imported (tests/test_architecture.py allows that)
         # Why a warning and no reload: numba.core.config.reload_config()
         # re-reads every numba setting mid-flight; new processes get it right.
         log.warning("numba was imported before its cache directory was set; "
@@ -86,8 +87,8 @@ def cache_umap_kernels() -> int:
 
     by_function: dict[int, list[CPUDispatcher]] = {}
     for name in _UMAP_MODULES:
-        module = sys.modules.get(name)
-        for value in vars(module).values() if module is not None else ():
+        module = importlib.import_module(name)  # loaded already by ``import umap``: a look-up
+        for value in vars(module).values():
             if isinstance(value, CPUDispatcher) and value.py_func.__module__ == name:
                 by_function.setdefault(id(value.py_func), []).append(value)
     switched = 0

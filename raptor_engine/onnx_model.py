@@ -13,7 +13,7 @@ loads it once more, exports it and exits; a later process finds the file and nev
 torch. A child, not a thread: tracing the network in the process that also embeds with it
 is not safe, and a process ending (a refused command, a stop) while a thread of its own is
 inside torch's exporter aborted ("terminate called without an active exception"). The
-child exits with its parent (``cluster_worker.exit_with_parent``): a process that ends
+child exits with its parent (``parent_watch.exit_with_parent``): a process that ends
 early leaves the export to the next one, and no orphan. One child at a time exports a
 model: it holds ``<export>.lock`` while it works, and another stands down. Only models
 made of a transformer, mean pooling and an optional normalisation are exported (all-MiniLM-L6-v2, the default, is one):
@@ -163,7 +163,7 @@ def _lock_file(target: Path) -> Path:
 
 def _export_in_child(model_dir: Path, target: Path, parent_pid: int) -> int:
     """The child's work: exports unless another child holds the lock or the file is there."""
-    from raptor_engine.cluster_worker import exit_with_parent
+    from raptor_engine.parent_watch import exit_with_parent
 
     exit_with_parent(parent_pid)
     with _lock_file(target).open("a") as lock:

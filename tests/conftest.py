@@ -38,6 +38,7 @@ HEAVY_MODULES = frozenset({
     "test_background", "test_cli", "test_clustering", "test_clustering_small", "test_composition", "test_console",
     "test_data_lock", "test_embedding", "test_entry", "test_llm_config", "test_numba_cache", "test_numba_cache_dir",
     "test_operator_logs", "test_process_lifecycle", "test_tree_storage", "test_soak", "test_bench_smoke",
+    "test_worker_process",
 })
 
 

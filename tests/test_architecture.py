@@ -16,12 +16,17 @@ dependency a reader has to follow).
   imports ``tests``;
 * no two modules import each other, directly or round a longer cycle;
 * no module of ``raptor_engine``, ``bot`` or ``adapters`` imports another module's private
-  (underscore-prefixed) name: what modules share is public, with a docstring saying so.
+  (underscore-prefixed) name: what modules share is public, with a docstring saying so;
+* product code (``raptor_engine``, ``bot``, ``adapters``) reaches no module through
+  ``sys.modules`` (an import the graph above cannot see), and no private name of the
+  standard library (``threading._x``, ``from multiprocessing.util import _x``, or
+  ``getattr(obj, "_x")`` on an object it did not make): either can break on a Python upgrade.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +44,20 @@ BOT_SURFACE = frozenset({"bot", "bot.neutral", "bot.runtime", "bot.replies", "bo
                          "bot.errors", "bot.samples"})
 # Packages whose modules share only public names, among themselves and with each other.
 NO_PRIVATE_IMPORTS = frozenset({"raptor_engine", "bot", "adapters"})
+# The code the running bot is made of: what the private-reach rules hold for.
+PRODUCT = ("raptor_engine", "bot", "adapters")
+# Standard-library names that start with an underscore yet are documented in the library reference,
+# with the reason each is needed.
+DOCUMENTED_PRIVATE = {
+    "os._exit": "ending a process without Python's clean-up (bot.process_exit, child processes)",
+    "sys._current_frames": "the only way to read another thread's stack (adapters.loop_watchdog logs where the "
+                           "event loop is stuck)",
+}
+# getattr(obj, "_x") on another library's object, each with the reason no public API does it.
+ALLOWED_PRIVATE_GETATTR = {
+    ("raptor_engine.numba_cache", "_cache"): "numba's dispatchers tell whether on-disk caching is on by no other "
+                                             "means, and switching it on twice would compile twice",
+}
 
 
 def module_name(path: Path) -> str:
@@ -285,3 +304,126 @@ def test_only_the_composition_root_wraps_the_engine_for_coroutines() -> None:
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("AsyncEngine"):
                 found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+# -- private reaches -----------------------------------------------------------------------
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _stdlib_names(tree: ast.AST) -> dict[str, str]:
+    """The names a module binds to the standard library, each with the dotted name it stands for
+    (``import multiprocessing.util as mp_util`` binds ``mp_util`` to ``multiprocessing.util``)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.partition(".")[0] in sys.stdlib_module_names:
+                    name = alias.name if alias.asname else alias.name.partition(".")[0]
+                    bound[alias.asname or name] = name
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.partition(".")[0] in sys.stdlib_module_names:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def _dotted(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """``a.b.c`` spelled with the names ``bound`` resolves, None unless it starts at one of them."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value, bound)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def sys_modules_reaches(source: str) -> list[str]:
+    """Every use of ``sys.modules`` in ``source`` but asking whether a module is loaded
+    (``"x" in sys.modules``, which reaches no module), as ``line: code``."""
+    tree = ast.parse(source)
+    bound = _stdlib_names(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if _dotted(node, bound) != "sys.modules":
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Compare) and node in parent.comparators \
+                and all(isinstance(op, ast.In | ast.NotIn) for op in parent.ops):
+            continue
+        found.append(f"{getattr(node, 'lineno', '?')}: {ast.unparse(parent or node)}")
+    return found
+
+
+def private_reaches(source: str, module: str = "") -> list[str]:
+    """Every private name of the standard library ``source`` uses (see ``DOCUMENTED_PRIVATE``),
+    and every ``getattr``/``hasattr``/``setattr`` of a private attribute (the object's type
+    is unknown here; ``ALLOWED_PRIVATE_GETATTR`` lists the justified ones), as ``line: code``."""
+    tree = ast.parse(source)
+    bound = _stdlib_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.partition(".")[0] in sys.stdlib_module_names:
+            names = [f"{node.module}.{alias.name}" for alias in node.names if _is_private(alias.name)]
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            base = _dotted(node.value, bound)
+            names = [] if base is None else [f"{base}.{node.attr}"]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and _is_private(node.args[1].value) and ast.unparse(node.args[0]) not in ("self", "cls") \
+                and (module, node.args[1].value) not in ALLOWED_PRIVATE_GETATTR:
+            names = [ast.unparse(node)]
+        else:
+            continue
+        found += [f"{node.lineno}: {name}" for name in names if name not in DOCUMENTED_PRIVATE]
+    return found
+
+
+def test_no_product_code_reaches_a_module_through_sys_modules() -> None:
+    found = [f"{name}:{where}" for name, path in modules().items() if top(name) in PRODUCT
+             for where in sys_modules_reaches(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_no_product_code_uses_a_private_name_of_the_standard_library() -> None:
+    found = [f"{name}:{where}" for name, path in modules().items() if top(name) in PRODUCT
+             for where in private_reaches(path.read_text(encoding="utf-8"), name)]
+    assert found == []
+
+
+@pytest.mark.parametrize("source", [
+    "import sys\nworker = sys.modules.get('raptor_engine.cluster_worker')\n",
+    "import sys\nmodule = sys.modules['umap.umap_']\n",
+    "import sys as system\nfor name, module in system.modules.items():\n    pass\n",
+    "from sys import modules\nmodules.pop('x')\n",
+])
+def test_a_reach_through_sys_modules_is_caught(source: str) -> None:
+    assert sys_modules_reaches(source) != []
+
+
+def test_asking_whether_a_module_is_loaded_is_no_reach() -> None:
+    assert sys_modules_reaches("import sys\nif 'numba' in sys.modules or 'x' not in sys.modules:\n    pass\n") == []
+
+
+@pytest.mark.parametrize("source", [
+    "import threading\nthreading._register_atexit(print)\n",
+    "import multiprocessing.util\nmultiprocessing.util._run_finalizers(0)\n",
+    "import multiprocessing.util as mp_util\nmp_util._run_finalizers(0)\n",
+    "from multiprocessing.util import _run_finalizers\n",
+    "from concurrent.futures import process\nprocess._python_exit()\n",
+    "processes = getattr(pool, '_processes', None)\n",
+    "import os\nenviron: os._Environ[str]\n",
+])
+def test_a_private_name_of_the_standard_library_is_caught(source: str) -> None:
+    assert private_reaches(source) != []
+
+
+def test_own_privates_dunders_and_documented_names_pass() -> None:
+    source = ("import os, sys\nfrom raptor_engine import _helper\nclass A:\n    def f(self):\n"
+              "        self._x = getattr(self, '_y', None)\n        return other._z, os.__name__, "
+              "getattr(os, '__file__')\nos._exit(0)\nsys._current_frames()\n")
+    assert private_reaches(source) == []

@@ -254,7 +254,7 @@ WATCHING_CHILD = """
 import os, sys, time
 if sys.argv[1] == "poll":
     del os.pidfd_open
-from raptor_engine.cluster_worker import exit_with_parent
+from raptor_engine.parent_watch import exit_with_parent
 exit_with_parent(os.getppid())
 print("watching", flush=True)
 time.sleep(600)

@@ -19,8 +19,8 @@ from sklearn.mixture import GaussianMixture
 # 10-15; only effective when numba has not been imported yet.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).parents[2] / ".cache" / "numba"))
 
-from raptor_engine import clustering, mixtures, reduction  # noqa: E402  (after NUMBA_CACHE_DIR)
-from raptor_engine.clustering import ClusteringSettings, cluster_rows, warm_up  # noqa: E402
+from raptor_engine import mixtures, reduction  # noqa: E402  (after NUMBA_CACHE_DIR)
+from raptor_engine.clustering import ClusteringSettings, cluster_rows, passes, split, warm_up  # noqa: E402
 
 # UMAP warns on every fit that a precomputed kNN (which we pass on purpose)
 # disables transform(); nothing here uses transform.
@@ -155,13 +155,13 @@ def test_around_the_umap_threshold(n: int, token_each: int) -> None:
 
 def test_small_inputs_skip_umap(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    original = clustering.umap_reduce
+    original = passes.umap_reduce
 
     def spy(points: np.ndarray, *args: object) -> np.ndarray:
         calls.append(len(points))
         return original(points, *args)
 
-    monkeypatch.setattr(clustering, "umap_reduce", spy)
+    monkeypatch.setattr(passes, "umap_reduce", spy)
     points, _ = _blobs(11, 3, seed=5)
     _check(cluster_rows(points, np.full(11, 1000)), 11, np.full(11, 1000))
     assert calls == []
@@ -325,7 +325,7 @@ def test_duplicates_get_a_regularised_fit() -> None:
     # With the module's own regularisation, heavy duplication (3 distinct
     # points, 30 rows) fits at every candidate size the search allows.
     points = np.repeat(_repeated_column_points(3, 18), 10, axis=0)
-    clusters = clustering._mixture_clusters(points, ClusteringSettings())
+    clusters = passes.mixture_clusters(points, ClusteringSettings())
     assert clusters is not None
     assert set(np.concatenate(clusters).tolist()) == set(range(30))
 
@@ -418,12 +418,12 @@ def test_first_component_split_contract() -> None:
     rows = np.arange(50, dtype=np.intp)
     tokens = np.full(50, 100)
     tokens[10] = 5000
-    groups = clustering._split_along_first_component(points, tokens, rows, 1000)
+    groups = split.split_along_first_component(points, tokens, rows, 1000)
     assert sorted(np.concatenate(groups).tolist()) == list(range(50))
     assert all(tokens[g].sum() <= 1000 or len(g) == 1 for g in groups)
     assert all(len(g) < 50 for g in groups)
     # Zero-token rows within budget stay together.
-    groups = clustering._split_along_first_component(points, np.zeros(50, int), rows, 1000)
+    groups = split.split_along_first_component(points, np.zeros(50, int), rows, 1000)
     assert [g.tolist() for g in groups] == [list(range(50))]
 
 

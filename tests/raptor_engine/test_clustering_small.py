@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from raptor_engine import clustering, reduction
-from raptor_engine.clustering import ClusteringSettings, cluster_rows
+from raptor_engine import reduction
+from raptor_engine.clustering import ClusteringSettings, cluster_rows, passes
 
 DIM = 384
 SMALL = ClusteringSettings().small_input_rows
@@ -53,7 +53,7 @@ def _spy_umap(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(len(points))
         return reduction.pca(points, n_components).astype(np.float32)
 
-    monkeypatch.setattr(clustering, "umap_reduce", spy)
+    monkeypatch.setattr(passes, "umap_reduce", spy)
     return calls
 
 
