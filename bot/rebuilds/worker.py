@@ -33,6 +33,7 @@ from bot.config import Config
 from bot.coordination.lease import ChannelLeases, Held, holder_name
 from bot.coordination.link import CoordinationDown, RedisLink
 from bot.coordination.reply_stream import ReplyPublisher
+from bot.coordination.signing import RecordSigner
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
@@ -137,8 +138,9 @@ def serve_worker(config: Config, engine: AsyncEngine, link: RedisLink, leases: C
     must be built with ``HeldLeases(leases)`` as its build guard: each job holds the lease,
     its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
-    install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link),
-                          ReplyPublisher(link), metrics))
+    signer = RecordSigner(config.coordination.secret.get_secret_value())
+    install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link, signer),
+                          ReplyPublisher(link, signer), metrics))
     name = f"{holder_name()}-{uuid.uuid4().hex[:6]}"
     while True:
         try:
