@@ -160,7 +160,8 @@ class RebuildRequests:
         return self._verified(key, found)
 
     def finish(self, key: ChannelKey, leases: ChannelLeases, held: Held) -> int:
-        """Forgets the requesters just told; returns how many requests came in meanwhile.
+        """Moves the requesters just told to the channel's told list (kept :data:`TOLD_KEEP_S`, so
+        front-ends still post their replies); returns how many requests came in meanwhile.
         Raises ``BuildSuperseded`` if the lease is no longer ours, ``CoordinationDown``."""
         waiting, building = self._keys(key)
         left = int(self._link.run_sync(
