@@ -80,12 +80,13 @@ from bot.composition import build_engine
 from bot.config import ChromaConfig, Config
 from bot.coordination.deliveries import SharedLedger
 from bot.coordination.link import RedisLink
+from bot.coordination.signing import RecordSigner
 from bot.deploy_config import CoordinationConfig
 from bot.neutral import ReplyAddress
 from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.requests import RebuildRequests, Requester
 from raptor_engine import ChannelKey, Engine, channel_digest
-from testkit.cluster import BackgroundLoop, BotProcess, ChromaServer, Cluster
+from testkit.cluster import COORDINATION_SECRET, BackgroundLoop, BotProcess, ChromaServer, Cluster
 from testkit.slack_api import BOT_USER, TEAM, SlackStandIn
 from testkit.valkey import ValkeyProcess
 
@@ -437,8 +438,8 @@ class Bench:
 
 
 async def _request_all(url: str, keys: Sequence[ChannelKey]) -> None:
-    link = RedisLink(CoordinationConfig(redis_url=SecretStr(url)))
-    requests = RebuildRequests(link)
+    link = RedisLink(CoordinationConfig(redis_url=SecretStr(url), secret=SecretStr(COORDINATION_SECRET)))
+    requests = RebuildRequests(link, RecordSigner(COORDINATION_SECRET))  # signed as the cluster's front-ends sign
     queue = RebuildQueue(link, CoordinationConfig().job_timeout_s)
     try:
         for key in keys:
@@ -472,7 +473,8 @@ async def _ask_once(slack: SlackStandIn, url: str, channel: str, text: str) -> t
 async def measure_overhead(url: str, calls: int) -> dict[str, dict[str, float]]:
     """p50/p95/mean/max milliseconds of each coordination call, ``calls`` times each, in a
     namespace of its own (no worker takes its jobs)."""
-    link = RedisLink(CoordinationConfig(redis_url=SecretStr(url), namespace=OVERHEAD_NAMESPACE))
+    link = RedisLink(CoordinationConfig(redis_url=SecretStr(url), secret=SecretStr(COORDINATION_SECRET),
+                                        namespace=OVERHEAD_NAMESPACE))
     ledger = SharedLedger(link, ttl_s=3600)
     queue = RebuildQueue(link, CoordinationConfig().job_timeout_s)
     run = uuid.uuid4().hex[:8]  # ids of their own: a second run on the same server counts new events too

@@ -6,18 +6,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+SHORTEST_SECRET = 32  # characters of coordination.secret: `openssl rand -hex 32` gives 64
 
 
 class CoordinationConfig(BaseModel):
     """Several processes sharing one Redis (or Valkey) server. Empty ``redis_url``: one
-    process does everything, as on the embedded defaults (nothing here is used then)."""
+    process does everything, as on the embedded defaults (nothing here is used then).
+
+    ``secret`` keys the HMAC that signs what the bot's processes hand one another through
+    the server (rebuild requests, and the replies the front-ends post): whoever can write to
+    the server but does not hold it cannot make a front-end post. Required with ``redis_url``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     redis_url: SecretStr = SecretStr("")  # may carry a password: never logged
+    secret: SecretStr = SecretStr("")  # shared by the bot's processes only; never logged
     namespace: str = Field(default="raptor", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     event_ttl_s: int = Field(default=3600, ge=60, le=7 * 24 * 3600)  # how long an event id is remembered
     lease_s: float = Field(default=30.0, ge=2, le=3600)  # a rebuild's lease on its channel; renewed at a third
@@ -32,6 +38,17 @@ class CoordinationConfig(BaseModel):
         if value and not value.startswith(REDIS_SCHEMES):
             raise ValueError("redis_url must start with redis://, rediss:// or unix://")
         return url
+
+    @model_validator(mode="after")
+    def _processes_share_a_secret(self) -> CoordinationConfig:
+        secret = self.secret.get_secret_value()
+        if self.enabled and not secret:
+            raise ValueError("several processes need coordination.secret (the same on every front-end and "
+                             "worker, from the environment: secret: ${COORDINATION_SECRET})")
+        if secret and len(secret) < SHORTEST_SECRET:
+            raise ValueError(f"coordination.secret must be at least {SHORTEST_SECRET} characters "
+                             "(such as the output of `openssl rand -hex 32`)")
+        return self
 
     @property
     def enabled(self) -> bool:

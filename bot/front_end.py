@@ -11,25 +11,30 @@ from bot.coordination.lease import holder_name
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyReader
 from bot.coordination.shared_limits import LimiterFactory, shared_limiters
+from bot.coordination.signing import RecordSigner
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Courier
 from bot.rebuilds.queued import QueuedRebuilds
+from bot.rebuilds.requests import RebuildRequests
 
 
 @dataclass(frozen=True, slots=True)
 class FrontEnd:
     """The shared pieces of a front-end: event de-duplication, rate limits, queued rebuilds,
-    and the reader posting workers' replies."""
+    and the reader posting workers' replies (those signed with ``signer``'s secret, to where
+    someone asked)."""
 
     link: RedisLink
     deliveries: SharedLedger
     rebuilds: QueuedRebuilds
     limiters: LimiterFactory
+    signer: RecordSigner
 
     def reader(self, couriers: Mapping[str, Courier]) -> ReplyReader:
         """The reader of rebuild replies for the platforms in ``couriers`` (read as they are
         registered: adapters register theirs once connected)."""
-        return ReplyReader(self.link, couriers, holder_name())
+        requests = RebuildRequests(self.link, self.signer)
+        return ReplyReader(self.link, couriers, holder_name(), self.signer, requests.asked)
 
 
 def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
@@ -40,4 +45,5 @@ def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
         deliveries=SharedLedger(link, config.coordination.event_ttl_s),
         rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
         limiters=shared_limiters(link),
+        signer=RecordSigner(config.coordination.secret.get_secret_value()),
     )

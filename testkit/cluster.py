@@ -22,6 +22,7 @@ from testkit.slack_api import BOT_TOKEN, SIGNING_SECRET
 from testkit.valkey import free_port
 
 START_TIMEOUT_S = 180.0  # four processes loading the model on two cores
+COORDINATION_SECRET = "cluster-test-secret-0123456789abcdef0123456789abcdef"  # coordination.secret of every process
 
 
 @dataclass
@@ -93,8 +94,8 @@ class Cluster:
             "data_dir": str(self.directory / f"data-{name}"),
             "log_level": "INFO",
             "chroma": {"host": self.chroma[0], "port": self.chroma[1]},
-            "coordination": {"redis_url": self.redis_url, "lease_s": self.lease_s, "sweep_every_s": 0.5,
-                             "connect_timeout_s": 0.5},
+            "coordination": {"redis_url": self.redis_url, "secret": COORDINATION_SECRET, "lease_s": self.lease_s,
+                             "sweep_every_s": 0.5, "connect_timeout_s": 0.5},
             "observability": {"host": "127.0.0.1", "port": metrics_port, "log_format": self.log_format},
             "bot": {
                 "admins": ["UANA"],

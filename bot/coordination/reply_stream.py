@@ -5,6 +5,12 @@ front-ends serving that platform read it as one consumer group, so each reply is
 once, by whichever front-end reads it, through the courier its adapter registered.
 A front-end that read entries and died before posting them leaves them pending in the
 group: another front-end claims them after :data:`CLAIM_IDLE_MS`.
+
+Redis is not trusted with what gets posted. A front-end posts an entry only if it is
+signed with the processes' secret (:mod:`bot.coordination.signing`), is a kind a worker
+sends (:data:`WORKER_KINDS`: progress and results), is addressed on the stream's platform,
+and someone asked for a rebuild at that address (the requests store's ``asked``). Any
+other entry is dropped, acknowledged and logged.
 """
 
 from __future__ import annotations
@@ -12,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from bot.coordination.link import CoordinationDown, RedisLink
+from bot.coordination.signing import RecordSigner
 from bot.neutral import ChannelKey, Courier, Reply, ReplyAddress, ReplyKind
 
 log = logging.getLogger(__name__)
@@ -28,49 +35,62 @@ STREAM_MAXLEN = 10_000  # replies kept per platform stream (approximate trim)
 CLAIM_IDLE_MS = 30_000  # a reply read but not acknowledged this long is taken over
 READ_BLOCK_MS = 1000
 RETRY_S = 1.0  # after Redis failed a read
+REPLY_PURPOSE = "rebuild-reply"
+WORKER_KINDS = frozenset({ReplyKind.PROGRESS, ReplyKind.INFO, ReplyKind.ERROR})  # progress, built, failed
+
+Asked = Callable[[ReplyAddress], Awaitable[bool]]
+"""Whether someone asked for a rebuild at an address (see ``RebuildRequests.asked``)."""
 
 
 def encode(address: ReplyAddress, reply: Reply) -> dict[str, str]:
+    """The entry's fields, before signing."""
     channel = address.channel
     return {"address": json.dumps([channel.platform, channel.workspace, channel.channel, address.thread]),
             "kind": reply.kind.value, "text": reply.text, "reference": reply.reference}
 
 
 def decode(fields: Mapping[str, str]) -> tuple[ReplyAddress, Reply]:
-    """Raises ``ValueError``/``KeyError`` for an entry this code did not write."""
+    """Raises ``ValueError``/``KeyError``/``TypeError`` for an entry this code did not write."""
     platform, workspace, channel, thread = json.loads(fields["address"])
+    if not all(isinstance(part, str) for part in (platform, workspace, channel, thread)):
+        raise TypeError("an address is four strings")
     address = ReplyAddress(ChannelKey(platform, workspace, channel), thread)
     reply = Reply(ReplyKind(fields["kind"]), fields["text"], reference=fields.get("reference", ""), thread=thread)
     return address, reply
 
 
 class ReplyPublisher:
-    """The worker's side: appends replies for front-ends to post (blocking calls)."""
+    """The worker's side: appends signed replies for front-ends to post (blocking calls)."""
 
-    def __init__(self, link: RedisLink) -> None:
+    def __init__(self, link: RedisLink, signer: RecordSigner) -> None:
         self._link = link
+        self._signer = signer
 
     def publish(self, address: ReplyAddress, reply: Reply) -> None:
         """Raises ``CoordinationDown``."""
         stream = self._link.key("replies", address.channel.platform)
-        self._link.run_sync(lambda r: r.xadd(stream, encode(address, reply),  # type: ignore[arg-type]
+        entry = self._signer.signed(REPLY_PURPOSE, encode(address, reply))
+        self._link.run_sync(lambda r: r.xadd(stream, entry,  # type: ignore[arg-type]
                                              maxlen=STREAM_MAXLEN, approximate=True))
 
 
 class ReplyReader:
     """The front-end's side: posts the replies of the platforms it has couriers for."""
 
-    def __init__(self, link: RedisLink, couriers: Mapping[str, Courier], consumer: str) -> None:
+    def __init__(self, link: RedisLink, couriers: Mapping[str, Courier], consumer: str, signer: RecordSigner,
+                 asked: Asked) -> None:
         self._link = link
         self._couriers = couriers
         self._consumer = consumer
+        self._signer = signer
+        self._asked = asked
         self._groups_made: set[str] = set()
 
     async def run(self) -> None:
         """Reads and posts until cancelled; Redis outages are waited out (the link logs them)."""
         while True:
             try:
-                posted = await self.read_once()
+                handled = await self.read_once()
             except CoordinationDown:
                 await asyncio.sleep(RETRY_S)
                 continue
@@ -83,12 +103,12 @@ class ReplyReader:
                 continue
             if not self._couriers:
                 await asyncio.sleep(RETRY_S)  # no adapter registered yet
-            elif not posted:
+            elif not handled:
                 await asyncio.sleep(0)
 
     async def read_once(self) -> int:
         """One round: claims stale entries, reads new ones (blocking up to a second), posts
-        them. Returns how many were posted. Raises ``CoordinationDown``."""
+        them (or drops those not to be posted). Returns how many were read. Raises ``CoordinationDown``."""
         streams = {self._link.key("replies", platform): platform for platform in self._couriers}
         if not streams:
             return 0
@@ -128,16 +148,37 @@ class ReplyReader:
         self._groups_made.add(stream)
 
     async def _post(self, platform: str, fields: dict[str, str]) -> None:
+        """Posts the entry, or logs why not. Raises ``CoordinationDown`` (the entry stays unacknowledged)."""
+        verified = self._signer.verified(REPLY_PURPOSE, fields)
+        if verified is None:
+            log.warning("dropped a reply entry on the %s stream: not signed with this bot's coordination.secret "
+                        "(someone else wrote to the coordination server)", platform)
+            return
         try:
-            address, reply = decode(fields)
+            address, reply = decode(verified)
         except (ValueError, KeyError, TypeError):
             log.warning("dropped a malformed reply entry on the %s stream", platform)
+            return
+        refusal = await self._refusal(platform, address, reply)
+        if refusal:
+            log.warning("dropped a %s reply entry to %s on the %s stream: %s", reply.kind.value, address.channel,
+                        platform, refusal)
             return
         try:
             await self._couriers[platform](address)(reply)
         except Exception:
             # The adapters' senders log and swallow platform failures; this is a bug's last guard.
             log.warning("could not post a rebuild reply to %s", address.channel, exc_info=True)
+
+    async def _refusal(self, platform: str, address: ReplyAddress, reply: Reply) -> str:
+        """Why a signed entry is still not posted ('' if it is)."""
+        if reply.kind not in WORKER_KINDS:
+            return "a worker sends only progress and results"
+        if address.channel.platform != platform:
+            return "addressed to another platform"
+        if not await self._asked(address):
+            return "nobody there asked for a rebuild"
+        return ""
 
 
 async def _ack(redis: Any, stream: str, entry_id: str) -> None:

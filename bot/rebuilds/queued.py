@@ -29,6 +29,7 @@ from bot import replies
 from bot.config import BotConfig
 from bot.coordination.lease import ChannelLeases
 from bot.coordination.link import CoordinationDown, RedisLink
+from bot.coordination.signing import RecordSigner
 from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
@@ -53,7 +54,7 @@ class QueuedRebuilds:
         self._coordination = coordination
         self._link = link
         self._queue = RebuildQueue(link, coordination.job_timeout_s)
-        self._requests = RebuildRequests(link)
+        self._requests = RebuildRequests(link, RecordSigner(coordination.secret.get_secret_value()))
         self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
         self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
         self._checks = ChannelChecks(config, self.check, aligned=True)

@@ -16,6 +16,12 @@ A job with no requesters (a scheduled check) builds only if the channel's source
 changed since its served tree. If the lease runs out under the worker (it was paused),
 the engine refuses to serve its tree (``BuildSuperseded``) and nobody is told by this
 worker: the one that took over tells them.
+
+Any other job found on the queue (someone else wrote to Redis: another function, a
+pickled call, callbacks, webhooks) is refused before anything it names is loaded, marked
+failed and logged, and the worker takes the next job (:class:`RebuildWorker`). A worker
+posts nothing itself and needs no chat platform's token (deploy it without them): its
+replies are signed entries of the reply stream, which front-ends post.
 """
 
 from __future__ import annotations
@@ -27,16 +33,18 @@ import uuid
 from dataclasses import dataclass
 
 from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
-from rq import SimpleWorker
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
 
 from bot.config import Config
 from bot.coordination.lease import ChannelLeases, Held, holder_name
 from bot.coordination.link import CoordinationDown, RedisLink
 from bot.coordination.reply_stream import ReplyPublisher
+from bot.coordination.signing import RecordSigner
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
-from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
+from bot.rebuilds.job_queue import FAILURE_TTL_S, JOB_SERIALIZER, RebuildJob, RebuildQueue, channel_from_text, refusal
 from bot.rebuilds.report import rebuild_and_report
 from bot.rebuilds.requests import RebuildRequests, Requester
 from bot.rebuilds.schedule import sources_changed
@@ -131,18 +139,56 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
     return "failed" if error is not None else "built"
 
 
+class RebuildWorker(SimpleWorker):
+    """RQ's worker running jobs in this process, which runs the rebuild job only.
+
+    Every job is checked (:func:`~bot.rebuilds.job_queue.refusal`) before RQ prepares it:
+    any other job is marked failed with the reason, without running it, its callbacks or
+    its webhooks, and logged; the worker goes on with the next job."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            reason = refusal(job)
+        except Exception:  # a record RQ itself cannot read: refused the same way
+            log.debug("RQ job %s could not be read", job.id, exc_info=True)
+            reason = "its record cannot be read"
+        if reason:
+            self._refuse(job, queue, reason)
+            return
+        super().execute_job(job, queue)
+
+    def _refuse(self, job: Job, queue: Queue, reason: str) -> None:
+        log.warning("refused RQ job %s on queue %s: %s (someone else wrote to the coordination server); "
+                    "it was not run and is marked failed", job.id, queue.name, reason)
+        try:
+            queue.intermediate_queue.remove(job.id)  # or RQ's clean-up would fail it again, later
+            with self.connection.pipeline() as pipe:
+                job.set_status(JobStatus.FAILED, pipeline=pipe)
+                queue.failed_job_registry.add(job, ttl=FAILURE_TTL_S, exc_string=f"refused: {reason}", pipeline=pipe)
+                pipe.execute()
+        except Exception:
+            log.warning("could not mark the refused RQ job %s failed", job.id, exc_info=True)
+
+
+def rebuild_worker(queue: RebuildQueue, link: RedisLink, name: str) -> RebuildWorker:
+    """A worker of ``queue``'s jobs, reading them as JSON into :class:`RebuildJob` s."""
+    return RebuildWorker([queue.queue], connection=link.blocking, name=name, serializer=JOB_SERIALIZER,
+                         job_class=RebuildJob)
+
+
 def serve_worker(config: Config, engine: AsyncEngine, link: RedisLink, leases: ChannelLeases, metrics: Metrics) -> int:
     """Runs jobs until SIGTERM/SIGINT (RQ's warm shutdown: the job running ends first;
     a second signal stops at once, and the job's requests are picked up again). ``engine``
     must be built with ``HeldLeases(leases)`` as its build guard: each job holds the lease,
     its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
-    install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link),
-                          ReplyPublisher(link), metrics))
+    signer = RecordSigner(config.coordination.secret.get_secret_value())
+    install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link, signer),
+                          ReplyPublisher(link, signer), metrics))
     name = f"{holder_name()}-{uuid.uuid4().hex[:6]}"
     while True:
         try:
-            worker = SimpleWorker([queue.queue], connection=link.blocking, name=name)
+            worker = rebuild_worker(queue, link, name)
             worker.work(with_scheduler=False)
             return 0
         except (RedisConnectionError, RedisTimeoutError) as exc:

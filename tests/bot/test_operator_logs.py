@@ -52,7 +52,8 @@ def test_no_secret_reaches_the_logs(tmp_path: Path, chroma_server: tuple[str, in
     host, port = chroma_server
     secrets = {"CHROMA_SECRET": "chroma-token-7f3a9", "LLM_KEY": "sk-llm-key-51be2", "URL_PASSWORD": "urlpass-88c1",
                "URL_QUERY": "querysecret-a41d", "SLACK_SECRET": "xoxb-slack-token-0c9e", "APP_SECRET": "xapp-1-app-77d0",
-               "DISCORD_SECRET": "discord-token-5e21"}
+               "DISCORD_SECRET": "discord-token-5e21", "REDIS_SECRET": "redispass-3c7e",
+               "COORDINATION_SECRET": "coordination-secret-9d04-0123456789abcdef"}
     config = (
         "log_level: DEBUG\n"
         f"chroma:\n  host: {host}\n  port: {port}\n  token: ${{CHROMA_SECRET}}\n"
@@ -60,6 +61,7 @@ def test_no_secret_reaches_the_logs(tmp_path: Path, chroma_server: tuple[str, in
         "  model: tiny\n  api_key: ${LLM_KEY}\n"
         "slack:\n  bot_token: ${SLACK_SECRET}\n  app_token: ${APP_SECRET}\n"
         "discord:\n  token: ${DISCORD_SECRET}\n"
+        "coordination:\n  redis_url: redis://:${REDIS_SECRET}@127.0.0.1:9/0\n  secret: ${COORDINATION_SECRET}\n"
     )
     result = cli(tmp_path, config, "sources", "--channel", "c", env=ENV | secrets)
     assert result.returncode == 0, result.stderr

@@ -3,17 +3,44 @@
 ``valkey`` is one server for the whole session; ``redis_url`` empties it (FLUSHALL) before
 each test and gives its URL. ``own_valkey`` is a private server for a test that stops,
 restarts, kills or pauses it; it is stopped at the test's end whatever happened.
+:func:`coordination_config` is the configuration of a process of the tests' bot (its
+``coordination.secret`` is the one the test cluster's processes share).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from bot.coordination.link import RedisLink
+from bot.coordination.reply_stream import ReplyReader
+from bot.coordination.signing import RecordSigner
+from bot.deploy_config import CoordinationConfig
+from bot.neutral import Courier
+from bot.rebuilds.requests import RebuildRequests
+from testkit.cluster import COORDINATION_SECRET
 from testkit.valkey import ValkeyProcess
+
+
+def coordination_config(url: str, **settings: Any) -> CoordinationConfig:
+    """Coordination through ``url`` with the tests' secret and a short connect time-out;
+    ``settings`` override any key."""
+    return CoordinationConfig.model_validate(
+        {"redis_url": url, "secret": COORDINATION_SECRET, "connect_timeout_s": 0.5, **settings})
+
+
+def signer() -> RecordSigner:
+    """The signer of the tests' bot (what its front-ends and workers sign with)."""
+    return RecordSigner(COORDINATION_SECRET)
+
+
+def reply_reader(link: RedisLink, couriers: Mapping[str, Courier], consumer: str) -> ReplyReader:
+    """A front-end's reader of rebuild replies, as ``bot.front_end.FrontEnd.reader`` makes it."""
+    return ReplyReader(link, couriers, consumer, signer(), RebuildRequests(link, signer()).asked)
 
 
 @pytest.fixture(scope="session")

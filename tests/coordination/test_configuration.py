@@ -12,11 +12,13 @@ from pydantic import ValidationError
 
 from bot.config import Config, load_config
 from bot.deploy_config import CoordinationConfig
+from bot.errors import ConfigError
+from tests.coordination.conftest import coordination_config
 
 
 def test_several_processes_need_a_chroma_server() -> None:
     with pytest.raises(ValidationError, match="chroma.host"):
-        Config(coordination=CoordinationConfig(redis_url="redis://127.0.0.1:6379/0"))  # type: ignore[arg-type]
+        Config(coordination=coordination_config("redis://127.0.0.1:6379/0"))
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "127.0.0.1:6379", "valkey://x"])
@@ -25,12 +27,27 @@ def test_only_redis_urls_are_taken(url: str) -> None:
         CoordinationConfig(redis_url=url)  # type: ignore[arg-type]
 
 
-def test_the_redis_password_stays_out_of_the_configuration_repr(tmp_path: Path) -> None:
+def test_the_redis_password_and_the_secret_stay_out_of_the_configuration_repr(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text("chroma: {host: 127.0.0.1}\ncoordination: {redis_url: 'redis://:${REDIS_PASSWORD}@h:6379/0'}\n")
-    config = load_config(path, {"REDIS_PASSWORD": "hunter2-secret"})
-    assert config.coordination.enabled
-    assert "hunter2-secret" not in repr(config) and "hunter2-secret" not in str(config.model_dump())
+    path.write_text("chroma: {host: 127.0.0.1}\ncoordination: {redis_url: 'redis://:${REDIS_PASSWORD}@h:6379/0', "
+                    "secret: '${COORDINATION_SECRET}'}\n")
+    secret = "signing-secret-4b1d" * 2
+    config = load_config(path, {"REDIS_PASSWORD": "hunter2-secret", "COORDINATION_SECRET": secret})
+    assert config.coordination.enabled and config.coordination.secret.get_secret_value() == secret
+    for shown in (repr(config), str(config.model_dump())):
+        assert "hunter2-secret" not in shown and secret not in shown
+
+
+@pytest.mark.parametrize(("secret", "problem"), [("", "need coordination.secret"),
+                                                  ("short-secret-77a1", "at least 32 characters")])
+def test_several_processes_need_a_long_shared_secret(tmp_path: Path, secret: str, problem: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("chroma: {host: 127.0.0.1}\ncoordination: {redis_url: 'redis://h:6379/0', "
+                    "secret: '${COORDINATION_SECRET}'}\n")
+    with pytest.raises(ConfigError, match=problem) as refused:
+        load_config(path, {"COORDINATION_SECRET": secret})
+    assert "coordination" in str(refused.value)
+    assert not secret or secret not in str(refused.value)
 
 
 def test_a_worker_without_coordination_says_what_to_set(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from bot.rebuilds.queued import QueuedRebuilds
 from bot.replies import REBUILD_ENQUEUED, REBUILDS_WAIT
 from raptor_engine import Engine
 from testkit.valkey import ValkeyProcess
+from tests.coordination.conftest import coordination_config
 
 KEY = ChannelKey("slack", "T1", "C9")
 TEXT = ("The lighthouse keeper logs the weather every evening. Storms come from the west in autumn. "
@@ -22,7 +23,7 @@ TEXT = ("The lighthouse keeper logs the weather every evening. Storms come from 
 
 
 def coordination(url: str) -> CoordinationConfig:
-    return CoordinationConfig(redis_url=url, connect_timeout_s=0.5, sweep_every_s=3600)  # type: ignore[arg-type]
+    return coordination_config(url, sweep_every_s=3600)
 
 
 def replica(engine: Engine, url: str) -> QueuedRebuilds:

@@ -20,14 +20,19 @@ from typing import Any
 
 import pytest
 import redis
+from rq import Queue
 
 from bot.composition import build_engine
 from bot.config import ChromaConfig, Config
+from bot.coordination.reply_stream import encode
+from bot.neutral import Reply, ReplyAddress, ReplyKind
+from bot.rebuilds.job_queue import JOB_FUNCTION
 from raptor_engine import ChannelKey, Engine, channel_digest
 from testkit.cluster import BackgroundLoop, BotProcess, ChromaServer, Cluster, metric
 from testkit.slack_api import BOT_USER, TEAM, SlackStandIn
 from testkit.valkey import ValkeyProcess
 from tests.conftest import quality_articles
+from tests.coordination.test_refused_jobs import Planted
 
 pytestmark = pytest.mark.heavy
 
@@ -215,6 +220,24 @@ def test_a_paused_worker_cannot_switch_after_its_lease_ran_out(stack: Stack) -> 
     time.sleep(1.0)
     assert len(stack.results("CSTOP")) == before + 1  # told once, by the worker that took over
     assert stack.ask(stack.front_ends[1], "CSTOP")
+
+
+def test_what_someone_else_writes_to_redis_is_neither_run_nor_posted(stack: Stack) -> None:
+    built(stack, "CTRUST", stack.articles[11])
+    before = len(stack.results("CTRUST"))
+    client = stack.redis()
+    forged = "Rebuilt: please re-authorise the bot at https://evil.example"
+    client.xadd("raptor:replies:slack", encode(ReplyAddress(ChannelKey("slack", TEAM, "CTRUST")),  # type: ignore[arg-type]
+                                                Reply(ReplyKind.INFO, forged)))
+    marker = stack.tmp / "unpickled-by-a-worker"
+    planted = Queue("raptor-rebuilds", connection=client).enqueue(JOB_FUNCTION, Planted(marker))  # RQ's pickle
+    stack.add_material("CTRUST", stack.articles[12])
+    stack.request_rebuild(stack.front_ends[1], "CTRUST")  # queued after the planted job
+    stack.wait(lambda: stack.results("CTRUST")[before:], "the real rebuild's result")
+    assert not marker.exists()  # no worker unpickled the planted job
+    assert all(forged not in str(post.get("text", "")) for post in stack.slack.posts("CTRUST"))
+    assert any(f"refused RQ job {planted.id}" in worker.log() for worker in stack.workers)
+    stack.wait(lambda: any("dropped a reply entry" in f.log() for f in stack.front_ends), "the forged reply dropped")
 
 
 def test_questions_go_on_while_redis_is_down_and_queued_rebuilds_run_when_it_returns(stack: Stack) -> None:

@@ -12,20 +12,20 @@ import pytest
 from bot.coordination.deliveries import SharedLedger
 from bot.coordination.lease import ChannelLeases, HeldLeases
 from bot.coordination.link import CoordinationDown, RedisLink
-from bot.coordination.reply_stream import ReplyPublisher, ReplyReader
+from bot.coordination.reply_stream import ReplyPublisher
 from bot.coordination.shared_limits import SharedLimiter
-from bot.deploy_config import CoordinationConfig
 from bot.neutral import ChannelKey, Reply, ReplyAddress, ReplyKind, Send
 from bot.rebuilds.job_queue import RebuildQueue, channel_from_text
 from bot.rebuilds.requests import RebuildRequests, Requester
 from raptor_engine import BuildBusy, BuildSuperseded
 from testkit.valkey import ValkeyProcess
+from tests.coordination.conftest import coordination_config, reply_reader, signer
 
 KEY = ChannelKey("slack", "T1", "C1")
 
 
 def link_to(url: str, **settings: float) -> RedisLink:
-    return RedisLink(CoordinationConfig(redis_url=url, connect_timeout_s=0.5, **settings))  # type: ignore[arg-type]
+    return RedisLink(coordination_config(url, **settings))
 
 
 def test_an_event_is_first_once_across_replicas(redis_url: str) -> None:
@@ -137,7 +137,7 @@ def test_a_channel_is_enqueued_once_until_a_worker_takes_it(redis_url: str) -> N
 
 def test_requests_move_to_building_under_the_lease_and_survive_a_dead_worker(redis_url: str) -> None:
     link = link_to(redis_url)
-    requests = RebuildRequests(link)
+    requests = RebuildRequests(link, signer())
     asker, later = Requester("ann", ReplyAddress(KEY, "171.1")), Requester("bob", ReplyAddress(KEY))
     dead, alive = ChannelLeases(link, 5, "dead"), ChannelLeases(link_to(redis_url), 5, "alive")
 
@@ -169,10 +169,12 @@ def test_a_reply_is_posted_once_by_one_of_the_front_ends(redis_url: str) -> None
         return to
 
     async def run() -> None:
-        readers = [ReplyReader(link_to(redis_url), {"slack": courier(name)}, name) for name in ("a", "b")]
+        readers = [reply_reader(link_to(redis_url), {"slack": courier(name)}, name) for name in ("a", "b")]
         for reader in readers:
             await reader.read_once()  # makes the group; nothing to read yet
-        ReplyPublisher(link_to(redis_url)).publish(ReplyAddress(KEY, "9.9"), Reply(ReplyKind.INFO, "Rebuilt"))
+        link = link_to(redis_url)
+        await RebuildRequests(link, signer()).add(KEY, Requester("ann", ReplyAddress(KEY, "9.9")))
+        ReplyPublisher(link, signer()).publish(ReplyAddress(KEY, "9.9"), Reply(ReplyKind.INFO, "Rebuilt"))
         await asyncio.gather(*(reader.read_once() for reader in readers))
 
     asyncio.run(run())
@@ -213,10 +215,11 @@ def test_the_reply_reader_makes_its_group_again_after_redis_lost_its_data(redis_
 
     async def run() -> None:
         link = link_to(redis_url)
-        reader = ReplyReader(link, {"slack": courier}, "front-1")
+        reader = reply_reader(link, {"slack": courier}, "front-1")
         await reader.read_once()
         link.blocking.flushall()  # a restart without persistence: the stream and its group are gone
-        ReplyPublisher(link).publish(ReplyAddress(KEY), Reply(ReplyKind.INFO, "Rebuilt after the restart"))
+        await RebuildRequests(link, signer()).add(KEY, Requester("ann", ReplyAddress(KEY)))  # asked after it
+        ReplyPublisher(link, signer()).publish(ReplyAddress(KEY), Reply(ReplyKind.INFO, "Rebuilt after the restart"))
         task = asyncio.create_task(reader.run())
         deadline = time.monotonic() + 10
         while not posted and time.monotonic() < deadline:

@@ -12,7 +12,6 @@ from bot.config import BotConfig, Config
 from bot.coordination.lease import ChannelLeases, Held, HeldLeases
 from bot.coordination.link import RedisLink, describe
 from bot.coordination.reply_stream import ReplyPublisher, decode
-from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.neutral import ChannelKey, ReplyAddress, ReplyKind
 from bot.observability.metrics import Metrics
@@ -27,6 +26,7 @@ from raptor_engine import (
     ExtractiveSummarizer,
     channel_digest,
 )
+from tests.coordination.conftest import coordination_config, signer
 
 KEY = ChannelKey("slack", "T1", "C7")
 TEXT = ("The lighthouse keeper logs the weather every evening. Storms come from the west in autumn. "
@@ -56,15 +56,15 @@ def worker_engine(store: ChromaStore, embedder: Any, leases: ChannelLeases) -> E
 
 def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
         store: ChromaStore, embedder: Any, redis_url: str) -> None:
-    settings = CoordinationConfig(redis_url=redis_url, connect_timeout_s=0.5)  # type: ignore[arg-type]
+    settings = coordination_config(redis_url)
     link = RedisLink(settings)
     leases = CountedLeases(link, settings.lease_s, "worker")
     engine = worker_engine(store, embedder, leases)
     engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
-    requests = RebuildRequests(link)
+    requests = RebuildRequests(link, signer())
     asyncio.run(requests.add(KEY, Requester("ana", ReplyAddress(KEY, "T.1"))))
     install(WorkerContext(Config(bot=BotConfig(progress_every_s=3600)), AsyncEngine(engine), link, leases,
-                          RebuildQueue(link, settings.job_timeout_s), requests, ReplyPublisher(link), Metrics()))
+                          RebuildQueue(link, settings.job_timeout_s), requests, ReplyPublisher(link, signer()), Metrics()))
 
     assert run_rebuild_job(channel_text(KEY)) == "built"
 
