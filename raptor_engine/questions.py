@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
@@ -23,7 +22,7 @@ from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingA
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
-from raptor_engine.types import Answer, ChannelKey, Hit, Source
+from raptor_engine.types import Answer, ChannelKey, Hit
 
 
 class Questions:
@@ -91,12 +90,11 @@ class Questions:
         sources = {s.id: s for s in channel.list_sources()}
         if not sources:
             raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
-        pending = [sid for sid in sources if state is None or sid not in state.source_ids]
+        pending = [source for sid, source in sources.items() if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
         indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
-        found = retrieve_scoped(channel, state, query, settings, indexes)
-        return replace(found, hits=[_titled(hit, sources) for hit in found.hits])
+        return retrieve_scoped(channel, state, query, settings, indexes)
 
 
 class _Answered:
@@ -113,10 +111,3 @@ class _Answered:
         if self._answer.text:
             yield self._answer.text
 
-
-def _titled(hit: Hit, sources: dict[str, Source]) -> Hit:
-    """Fills in the title and link of hits from sources not yet in the tree."""
-    if hit.node.title or not hit.node.source_ids or hit.node.source_ids[0] not in sources:
-        return hit
-    source = sources[hit.node.source_ids[0]]
-    return replace(hit, node=replace(hit.node, title=source.title, link=source.link))

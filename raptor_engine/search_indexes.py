@@ -38,7 +38,7 @@ from raptor_engine.lexical import LexicalIndex, TermCounts, count_terms, joined
 from raptor_engine.scope import EMPTY_MAP, SummaryMap, summary_map
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_node
-from raptor_engine.types import ChannelKey, Hit, Node
+from raptor_engine.types import ChannelKey, Hit, Node, Source
 
 TREE_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 counts and summary map in memory
 FRESH_CACHE_LEAVES = 200_000  # fresh leaves kept in memory over all channels (~1 KiB each with its vector)
@@ -108,10 +108,11 @@ class ChannelIndexes:
         self._lock = threading.Lock()
 
     def for_question(
-        self, key: ChannelKey, channel: ChannelStore, state: TreeState | None, pending: Sequence[str], profile: str
+        self, key: ChannelKey, channel: ChannelStore, state: TreeState | None, pending: Sequence[Source], profile: str
     ) -> SearchIndexes:
         """The indexes for a question in ``key``: ``state`` is the served tree (None before the
-        first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``."""
+        first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``
+        (their hits come titled and linked as their source)."""
         tree = self.tree(key, channel, state) if state is not None else None
         sources = self._fresh_sources(key, channel, pending, profile)
         summaries = tree.summaries if tree else EMPTY_MAP
@@ -159,20 +160,22 @@ class ChannelIndexes:
                 del self._sources[cached]
 
     def _fresh_sources(
-        self, key: ChannelKey, channel: ChannelStore, pending: Sequence[str], profile: str
+        self, key: ChannelKey, channel: ChannelStore, sources: Sequence[Source], profile: str
     ) -> dict[str, _Source]:
-        """The pending sources' leaves by source id, in ``pending``'s order, read from the leaf
-        cache once per source (a source's content never changes: an edit is a new source)."""
-        if not pending:
+        """The pending ``sources``' leaves, titled and linked as their source, by source id in
+        ``sources``' order, read from the leaf cache once per source (a source's content never
+        changes: an edit is a new source)."""
+        if not sources:
             return {}
+        records = {source.id: source for source in sources}
+        pending = list(records)
         with self._lock:
             known = {sid: self._sources.get((key, profile, sid)) for sid in pending}
         missing = [sid for sid, cached in known.items() if cached is None]
         for sid, (chunks, vectors) in channel.cached_leaves(profile, missing).items() if missing else ():
-            nodes = tuple(leaf_node(chunk) for chunk in chunks)
+            nodes = tuple(leaf_node(chunk, records[sid].title, records[sid].link) for chunk in chunks)
             unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-            record = channel.get_source(sid)
-            texts = titled([n.text for n in nodes], [record.title if record else ""] * len(nodes))
+            texts = titled([n.text for n in nodes], [n.title for n in nodes])
             known[sid] = _Source(nodes, unit.astype(np.float32), count_terms([n.id for n in nodes], texts))
         with self._lock:
             for sid in missing:

@@ -30,7 +30,7 @@ def handbook(months: int) -> str:
 @pytest.mark.parametrize("built", [False, True], ids=["before-any-build", "after-a-build"])
 def test_a_question_naming_a_document_by_its_title_finds_its_passage_by_words(store, embedder, channel, built) -> None:  # type: ignore[no-untyped-def]
     engine = make_engine(store, embedder)
-    sources = {team: engine.ingest(channel, Document(handbook(months), f"{team} handbook.md")).source.id
+    sources = {team: engine.ingest(channel, Document(handbook(months), f"{team} handbook.md")).source
                for team, months in TEAMS.items()}
     if built:
         asyncio.run(engine.rebuild(channel))
@@ -39,9 +39,9 @@ def test_a_question_naming_a_document_by_its_title_finds_its_passage_by_words(st
     pending = [] if built else list(sources.values())
     lexical = ChannelIndexes().for_question(channel, one, state, pending, engine._leaf_profile).lexical
     assert lexical is not None
-    for team, source_id in sources.items():
+    for team, source in sources.items():
         [(best, _)] = lexical.top(f"How long is the {team} probation?", 1)
-        assert best == leaf_id(source_id, 0), team
+        assert best == leaf_id(source.id, 0), team
 
 
 def test_a_one_document_tree_indexes_no_title_words(store: ChromaStore, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
