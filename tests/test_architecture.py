@@ -42,10 +42,9 @@ ENGINE_API = frozenset({"raptor_engine", "raptor_engine.defaults"})
 # What adapters may import of bot: its public surface (README, "A new platform").
 BOT_SURFACE = frozenset({"bot", "bot.neutral", "bot.runtime", "bot.replies", "bot.commands", "bot.config",
                          "bot.errors", "bot.samples"})
-# Packages whose modules share only public names, among themselves and with each other.
-NO_PRIVATE_IMPORTS = frozenset({"raptor_engine", "bot", "adapters"})
-# The code the running bot is made of: what the private-reach rules hold for.
-PRODUCT = ("raptor_engine", "bot", "adapters")
+# The code the running bot is made of: its modules share only public names, among themselves and
+# with each other, and reach no private internals (the private-reach rules below).
+PRODUCT = frozenset({"raptor_engine", "bot", "adapters"})
 # Standard-library names that start with an underscore yet are documented in the library reference,
 # with the reason each is needed.
 DOCUMENTED_PRIVATE = {
@@ -101,12 +100,12 @@ def import_base(node: ast.ImportFrom, path: Path, name: str) -> str:
 
 def private_imports(path: Path, name: str) -> list[str]:
     """Each private (underscore-prefixed, not dunder) name that module ``name`` imports from a
-    module of the packages in ``NO_PRIVATE_IMPORTS``, as ``module -> origin.name``."""
+    module of the packages in ``PRODUCT``, as ``module -> origin.name``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.ImportFrom):
             base = import_base(node, path, name)
-            if top(base) in NO_PRIVATE_IMPORTS:
+            if top(base) in PRODUCT:
                 found += [f"{name} -> {base}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     return found
@@ -247,7 +246,7 @@ def test_allowed_edges_pass() -> None:
 
 
 def test_no_module_imports_another_modules_private_name() -> None:
-    found = [hit for name, path in modules().items() if top(name) in NO_PRIVATE_IMPORTS
+    found = [hit for name, path in modules().items() if top(name) in PRODUCT
              for hit in private_imports(path, name)]
     assert found == []
 
