@@ -36,6 +36,11 @@ One tree per document, each in its own channel, as in ``bench.retrieval``
   :data:`NOTE_RARE` of the answerable answers; see :func:`fit_note`) are
   printed with their figures on both halves, beside the module's constants.
 
+- **citations** (``bench.citations``): citation recall and precision in the
+  style of ALCE, and the share of quotes verified, for the offline answerer and
+  for the stand-in model answering from its sources, faithfully and citing
+  wrongly.
+
 Each answerable question is also timed: ``retrieve`` (collapsed, engine
 defaults) and ``ask`` (``await Engine.answer``: retrieval plus answer), p50
 and p95 per set. The speed targets live in ``bench.query``.
@@ -55,6 +60,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench.citations import CitationTally, citation_table, tallies_payload
 from bench.common import (
     DataSet,
     Stopwatch,
@@ -82,10 +88,15 @@ from raptor_engine import (
     Engine,
     ExtractiveAnswerer,
     ExtractiveSummarizer,
+    LLMAnswerer,
+    LLMClient,
     TokenCounter,
 )
 from raptor_engine.lexical import terms
+from raptor_engine.llm import LLMSettings
+from raptor_engine.store import ChromaStore
 from raptor_engine.unfound import UNFOUND_CLOSENESS, UNFOUND_GAIN, Judged
+from testkit.openai_stub import running_stub
 
 TARGET_SUMMARY_CITED = 0.90  # patent answers citing a summary node, at least
 TARGET_ANSWERABLE_REFUSED = 0.02  # at most
@@ -241,10 +252,12 @@ async def ask_all(
     timed: bool,
     log: UnfoundLog | None = None,
     notes: list[Noted] | None = None,
+    citations: CitationTally | None = None,
 ) -> None:
     """Asks every question (one event loop), adding to the tally of its set; with ``timed``
     also times a separate ``retrieve`` of the same question. With ``log`` (the observer of
-    ``engine``'s answerer) and ``notes``, adds how the note went on each answered question."""
+    ``engine``'s answerer) and ``notes``, adds how the note went on each answered question;
+    with ``citations``, how each answer cites (``bench.citations``)."""
     for asked in questions:
         tally = tallies.setdefault(asked.set_name, Tally())
         if timed:
@@ -259,8 +272,30 @@ async def ask_all(
         tally.refused += int(not answer.found)
         tally.summary_cited += int(any(citation.layer > 0 for citation in answer.citations))
         tally.recall.append(answer_recall(asked.gold, answer))
+        if citations is not None:
+            citations.add(answer)
         if log is not None and notes is not None and answer.found:
             notes.append(noted(asked, log.last, NOTE in answer.text))
+
+
+MODEL_MODES = {"stand-in model, faithful": "faithful", "stand-in model, citing wrongly": "miscite"}
+
+
+def model_citations(directory: Path, embedder: Embedder, counter: TokenCounter,
+                    questions: Sequence[Asked]) -> dict[str, CitationTally]:
+    """How the stand-in model's answers cite, faithful and citing wrongly (see ``bench.citations``):
+    the same trees and questions, answered through the real ``openai`` client."""
+    tallies: dict[str, CitationTally] = {}
+    with running_stub() as stub:
+        settings = LLMSettings(base_url=stub.base_url, model="stub-model", max_retries=1, backoff_base_s=0.01)
+        with LLMClient(settings) as client:
+            engine = Engine(ChromaStore.embedded(directory / "chroma"), embedder, counter,
+                            ExtractiveSummarizer(counter), LLMAnswerer(client, settings))
+            for name, mode in MODEL_MODES.items():
+                stub.answer_from_sources = mode
+                tally = tallies[name] = CitationTally()
+                asyncio.run(ask_all(engine, questions, {}, timed=False, citations=tally))
+    return tallies
 
 
 def noted(asked: Asked, judged: tuple[Judged, ...], shown: bool) -> Noted:
@@ -508,7 +543,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               + ", ".join(f"{len(asked)} with a question of the {mix}" for mix, asked in mixed_questions.items()))
         if questions:
             warm_up(engine, questions[0])
-        asyncio.run(ask_all(engine, questions, answered, timed=True, log=log, notes=notes))
+        offline = CitationTally()
+        asyncio.run(ask_all(engine, questions, answered, timed=True, log=log, notes=notes, citations=offline))
+        cited = {"offline (extractive)": offline} | model_citations(directory, embedder, counter, questions)
         asyncio.run(ask_all(engine, strays, elsewhere, timed=False))
         for mix, asked in mixed_questions.items():
             asyncio.run(ask_all(engine, asked, mixes[mix], timed=False, log=log, notes=notes))
@@ -531,6 +568,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           "Fit half: documents at even positions; thresholds fitted on all mixed questions of the fit half together.")
     print(mixed_table(mixes))
     print("\n".join(fit_lines(notes)))
+    print(heading("Citations, in the style of ALCE (every answerable question, its own channel)"))
+    print(citation_table(cited))
+    print("citation recall: sentences whose cited passages support them / all sentences; citation precision: "
+          "citations not irrelevant (an irrelevant one alone does not support its sentence, and the others do "
+          "without it) / all citations; judged by the bot's own lexical support measure at its default threshold "
+          "(raptor_engine/answer_check.py), not an NLI model. The stand-in model answers with the first sentence "
+          "of each of its first three sources, citing it (faithful) or the next source (citing wrongly).")
     checked = check_targets(answered, elsewhere)
     print(heading("Targets (issue 12)"))
     print("\n".join(target_line(entry) for entry in checked))
@@ -555,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "constants": [UNFOUND_CLOSENESS, UNFOUND_GAIN],
             "questions": [note_payload(note) for note in notes],
         },
+        "citations": tallies_payload(cited),
         "targets": checked,
     })
     return 0

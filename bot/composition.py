@@ -88,6 +88,7 @@ def engine_settings(config: Config) -> EngineSettings:
             per_layer=config.retrieval.per_layer,
             hybrid=config.retrieval.hybrid,
         ),
+        support_threshold=config.answers.support_threshold,
     )
 
 

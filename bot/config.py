@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from bot.answer_config import AnswersConfig
 from bot.deploy_config import CoordinationConfig, ObservabilityConfig
 from bot.errors import ConfigError
 from raptor_engine import ChannelKey, defaults
@@ -306,6 +307,7 @@ class Config(_Section):
     files: FilesConfig = FilesConfig()
     tree: TreeConfig = TreeConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    answers: AnswersConfig = AnswersConfig()
     llm: LLMConfig = LLMConfig()
     bot: BotConfig = BotConfig()
     console: ConsoleConfig = ConsoleConfig()

@@ -194,6 +194,9 @@ class Reply:
     reference: str = ""
     thread: str = ""
     answer_id: str = ""  # answers only: the id feedback votes are stored under
+    # Answers only: the text as the answerer wrote it (and a draft showed it while it was written),
+    # when ``text`` differs from it by ⚠ marks; a draft that cannot be rewritten continues from it.
+    written: str = ""
 
 
 Send = Callable[[Reply], Awaitable[None]]

@@ -143,8 +143,11 @@ class QuestionHandling:
         if self._config.llm.base_url:
             self._metrics.count_model_call("answer")  # the answer's tokens are not reported back
         answer_id = await self._keep(key, text, answer, event.person.label, event.thread)
-        log.info("channel %s: answer %s with %d citation(s)", key, answer_id or "-", len(answer.citations))
-        await send(replies.answer_reply(answer, thread=event.thread, answer_id=answer_id))
+        log.info("channel %s: answer %s with %d citation(s), %d unverified quote(s), %d unsupported sentence(s)",
+                 key, answer_id or "-", len(answer.citations), answer.unverified_quotes, len(answer.unsupported))
+        self._metrics.count_answer_checks(answer.unverified_quotes, len(answer.unsupported))
+        drop = self._config.answers.drop_unsupported
+        await send(replies.answer_reply(answer, thread=event.thread, answer_id=answer_id, drop_unsupported=drop))
         return "answered" if answer.found else "not_found"
 
     async def _keep(self, key: ChannelKey, question: str, answer: Answer, asked_by: str, thread: str) -> str:

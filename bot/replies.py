@@ -13,6 +13,7 @@ from bot.texts.answers import (
     CHANGED_ANSWER,
     EMPTY_QUESTION,
     NO_MATERIAL,
+    UNSUPPORTED_NOTE,
     answer_reply,
     answer_text,
     ask_your_own_text,
@@ -78,7 +79,7 @@ from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short
 
 __all__ = [
     "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
-    "EMPTY_QUESTION", "FILE_TYPES", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
+    "EMPTY_QUESTION", "FILE_TYPES", "UNSUPPORTED_NOTE", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raptor_engine import defaults
+from raptor_engine.answer_check import SUPPORT_THRESHOLD
 from raptor_engine.background import ForegroundGate
 from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.clustering import ClusteringSettings
@@ -76,6 +77,8 @@ class EngineSettings:
     spending: SpendingLimits = SpendingLimits(defaults.MAX_CALLS_PER_REBUILD, defaults.MAX_TOKENS_PER_REBUILD)
     clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    # Answers: a sentence is supported when its cited nodes hold this share of its content words.
+    support_threshold: float = SUPPORT_THRESHOLD
 
 
 class Engine:
@@ -117,7 +120,7 @@ class Engine:
             build_guard=build_guard,
         )
         self._questions = Questions(self._channel, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
-                                    settings.retrieval)
+                                    settings.retrieval, settings.support_threshold)
         self._kept = KeptAnswers(self._writers)
 
     @property

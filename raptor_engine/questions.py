@@ -13,8 +13,9 @@ answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from raptor_engine.answer_check import SUPPORT_THRESHOLD, Evidence, check_answer
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
 from raptor_engine.errors import ChannelError, NoMaterial
@@ -22,7 +23,9 @@ from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingA
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
-from raptor_engine.types import Answer, ChannelKey, Hit
+from raptor_engine.types import Answer, ChannelKey, Hit, Node
+
+EVIDENCE_LEAVES = 400  # excerpts read under one cited summary: a root may span a whole source
 
 
 class Questions:
@@ -37,8 +40,10 @@ class Questions:
         gate: ForegroundGate,
         leaf_profile: str,
         settings: RetrievalSettings,
+        support_threshold: float = SUPPORT_THRESHOLD,
     ) -> None:
-        """``channels`` opens a channel's store; ``settings`` are used when a call gives none."""
+        """``channels`` opens a channel's store; ``settings`` are used when a call gives none;
+        ``support_threshold`` is the share of a sentence's words its cited nodes must hold."""
         self._channels = channels
         self._embedder = embedder
         self._answerer = answerer
@@ -46,6 +51,7 @@ class Questions:
         self._gate = gate
         self._leaf_profile = leaf_profile
         self._settings = settings
+        self._support_threshold = support_threshold
 
     @property
     def streams(self) -> bool:
@@ -58,14 +64,17 @@ class Questions:
             return self._retrieval(key, question, settings).hits
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Answer:
-        """An answer to ``question`` from the channel's material, citing the nodes it used; the
-        offline answerer also hears the question's scope."""
+        """An answer to ``question`` from the channel's material, citing the nodes it used, its
+        quotes verified and its sentences checked (``answer_check.py``); the offline answerer
+        also hears the question's scope."""
         with self._gate.foreground():
             found = await asyncio.to_thread(self._retrieval, key, question, settings)
             if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                return await self._answerer.answer(question, found.hits, found.scope)
+                answer = await self._answerer.answer(question, found.hits, found.scope)
+                return await asyncio.to_thread(self._checked, key, question, answer)
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
-        return await self._answerer.answer(question, found.hits)
+        answer = await self._answerer.answer(question, found.hits)
+        return await asyncio.to_thread(self._checked, key, question, answer)
 
     async def answer_stream(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> AnswerStream:
         """The answer as it is written; retrieval is done (and fails) here, the model is asked
@@ -75,7 +84,15 @@ class Questions:
         with self._gate.foreground():
             found = await asyncio.to_thread(self._retrieval, key, question, settings)
         # As in answer(): a remote model's answer is a wait, not work on our CPU.
-        return self._answerer.answer_stream(question, found.hits)
+        stream = self._answerer.answer_stream(question, found.hits)
+        return _Checked(stream, lambda answer: asyncio.to_thread(self._checked, key, question, answer))
+
+    def _checked(self, key: ChannelKey, question: str, answer: Answer) -> Answer:
+        """``answer`` checked against the nodes it cites (see ``answer_check.py``)."""
+        if not answer.found or not answer.citations:
+            return answer
+        evidence = cited_evidence(self._channels(key), answer)
+        return check_answer(answer, evidence, question, self._support_threshold)
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""
@@ -95,6 +112,63 @@ class Questions:
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
         indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
         return retrieve_scoped(channel, state, query, settings, indexes)
+
+
+def cited_evidence(channel: ChannelStore, answer: Answer, limit: int = EVIDENCE_LEAVES) -> dict[str, Evidence]:
+    """The :class:`Evidence` of each node ``answer`` cites: a leaf's text; a summary's text and
+    the excerpts beneath it (at most ``limit`` of them), read from the served tree layer by
+    layer. A summary of a tree no longer served finds no excerpts, so its quote is not shown."""
+    nodes = {hit.node.id: hit.node for hit in answer.hits}
+    state = channel.live_state()
+    evidence: dict[str, Evidence] = {}
+    for citation in answer.citations:
+        node = nodes.get(citation.node_id)
+        if node is None:
+            continue
+        if node.is_leaf:
+            evidence[node.id] = Evidence(node.text)
+            continue
+        beneath = _leaves_beneath(channel, state.version, node, limit) if state is not None else []
+        evidence[node.id] = Evidence(node.text, tuple(leaf.text for leaf in beneath), leaf=False)
+    return evidence
+
+
+def _leaves_beneath(channel: ChannelStore, version: int, summary: Node, limit: int) -> list[Node]:
+    """The leaves under ``summary`` in tree ``version``, at most ``limit``: one read per layer."""
+    leaves: list[Node] = []
+    frontier = list(summary.children)
+    seen: set[str] = set()
+    while frontier and len(leaves) < limit:
+        wanted = [node_id for node_id in dict.fromkeys(frontier) if node_id not in seen]
+        seen.update(wanted)
+        frontier = []
+        for node in channel.get_nodes(version, wanted):
+            if node.is_leaf:
+                leaves.append(node)
+            else:
+                frontier += node.children
+    return leaves[:limit]
+
+
+class _Checked:
+    """An :class:`AnswerStream` whose final answer is checked (quotes, supported sentences)
+    once the model's stream ended; its pieces pass through unchanged."""
+
+    def __init__(self, stream: AnswerStream, check: Callable[[Answer], Awaitable[Answer]]) -> None:
+        self._stream = stream
+        self._check = check
+        self._answer: Answer | None = None
+
+    @property
+    def answer(self) -> Answer:
+        if self._answer is None:
+            raise RuntimeError("the answer stream has not ended yet")
+        return self._answer
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for piece in self._stream:
+            yield piece
+        self._answer = await self._check(self._stream.answer)
 
 
 class _Answered:

@@ -163,7 +163,8 @@ class Answer:
     """An answer with its citations; ``found`` is False when nothing relevant was found.
 
     ``warning`` is shown beside the answer when it could not be checked (for
-    instance a model's answer that cites nothing); empty otherwise.
+    instance a model's answer that cites nothing); empty otherwise. ``unsupported`` and
+    ``unverified_quotes`` are set by ``answer_check.check_answer``.
     """
 
     text: str
@@ -171,6 +172,8 @@ class Answer:
     hits: tuple[Hit, ...]
     found: bool
     warning: str = ""
+    unsupported: tuple[str, ...] = ()  # sentences of ``text`` the cited nodes do not support
+    unverified_quotes: int = 0  # citations whose quote was not verbatim in the source: shown unquoted
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,11 @@ real ``openai`` client is exercised end to end. Content is deterministic:
   ``"Summary: "`` + the first 20 words of the text after the instruction
   (its ``<excerpt>`` delimiters left out);
 * any other chat request gets :attr:`OpenAIStub.answer_text` (by default a
-  sentence citing ``[1]`` and the out-of-range ``[99]``);
+  sentence citing ``[1]`` and the out-of-range ``[99]``), or, with
+  :attr:`OpenAIStub.answer_from_sources` set, an answer made of the numbered
+  ``<source>`` blocks of the request: the first sentence of each of the first
+  :data:`SOURCES_ANSWERED` sources, citing its own source (``"faithful"``) or
+  the next one (``"miscite"``: a model citing wrongly);
 * an embedding is a vector derived from a hash of the text.
 
 A chat request with ``"stream": true`` is answered as OpenAI streams: a
@@ -53,6 +57,10 @@ SUMMARY_WORDS = 20
 DEFAULT_ANSWER = "The launch is planned for March [1], after the review [99]."
 _INSTRUCTION = re.compile(r"including as many key details as possible:\s*(.*)", re.DOTALL)
 _EXCERPT_TAG = re.compile(r"</?excerpt\b[^>]*>")  # the summary prompt's delimiters, not echoed
+_SOURCE_BLOCK = re.compile(r'<source n="(\d+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
+_FIRST_SENTENCE = re.compile(r"\S.*?[.!?](?=\s|$)", re.DOTALL)
+SOURCES_ANSWERED = 3
+ANSWER_MODES = ("", "faithful", "miscite")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +142,7 @@ class OpenAIStub:
         self.dimension = dimension
         self.latency_s = 0.0  # added to every request
         self.answer_text = DEFAULT_ANSWER
+        self.answer_from_sources = ""  # one of ANSWER_MODES: "" answers answer_text
         self.tokens_per_s = 0.0  # the pace of streamed answers (0: as fast as possible)
         self.default = Behaviour.ok()
         self.requests: list[Recorded] = []
@@ -248,14 +257,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
             return
         if self.path.endswith("/chat/completions") and body.get("stream"):
-            payload = _completion(body, behaviour, self.stub.answer_text)
+            payload = _completion(body, behaviour, self.stub.answer_text, self.stub.answer_from_sources)
             entry.status, entry.usage = 200, payload.get("usage", {})
             self._stream(body, payload, behaviour)
             return
         if self.path.endswith("/embeddings"):
             payload = _embeddings(body, self.stub.dimension)
         elif self.path.endswith("/chat/completions"):
-            payload = _completion(body, behaviour, self.stub.answer_text)
+            payload = _completion(body, behaviour, self.stub.answer_text, self.stub.answer_from_sources)
         else:
             entry.status = 404
             self._send(404, json.dumps({"error": {"message": "no such path", "type": "invalid_request_error"}}).encode())
@@ -316,8 +325,8 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) -> dict[str, Any]:
-    """A chat.completion object answering ``body``."""
+def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str, mode: str = "") -> dict[str, Any]:
+    """A chat.completion object answering ``body`` (``mode``: see the module docstring)."""
     messages = body.get("messages", [])
     system = " ".join(m.get("content", "") for m in messages if m.get("role") == "system")
     user = " ".join(m.get("content", "") for m in messages if m.get("role") == "user")
@@ -327,6 +336,8 @@ def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) ->
         match = _INSTRUCTION.search(user)
         cluster = _EXCERPT_TAG.sub(" ", match.group(1) if match else user).rstrip(":").split()
         content = "Summary: " + " ".join(cluster[:SUMMARY_WORDS])
+    elif mode:
+        content = answer_from_sources(user, mode) or answer_text
     else:
         content = answer_text
     if behaviour.kind == "empty":
@@ -340,6 +351,22 @@ def _completion(body: dict[str, Any], behaviour: Behaviour, answer_text: str) ->
     ]
     return {"id": "chatcmpl-" + hashlib.sha1(user.encode()).hexdigest()[:12], "object": "chat.completion",
             "created": int(time.time()), "model": body.get("model", ""), "choices": choices, "usage": usage}
+
+
+def answer_from_sources(prompt: str, mode: str) -> str:
+    """An answer made of the first sentence of each of the first :data:`SOURCES_ANSWERED`
+    source blocks of ``prompt``, each citing its own number (``"faithful"``) or the next
+    source's (``"miscite"``, wrapping round); empty when the prompt holds no source."""
+    if mode not in ANSWER_MODES:
+        raise ValueError(f"unknown answer mode {mode!r}; expected one of {ANSWER_MODES}")
+    blocks = [(int(n), text) for n, text in _SOURCE_BLOCK.findall(prompt)]
+    parts = []
+    for place, (number, text) in enumerate(blocks[:SOURCES_ANSWERED]):
+        first = _FIRST_SENTENCE.search(text)
+        sentence = " ".join((first.group(0) if first else text).split())
+        cited = number if mode == "faithful" else blocks[(place + 1) % len(blocks)][0]
+        parts.append(f"{sentence} [{cited}]")
+    return " ".join(parts)
 
 
 _TOKEN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")

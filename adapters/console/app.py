@@ -21,6 +21,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -242,10 +243,11 @@ class ConsoleDraft:
             await self._channel.send(reply)
             return
         self._channel.remember(reply)
-        rendered = translate.render_reply(reply)
-        if rendered.startswith(self._shown) and not reply.attachments:
-            self._write_partial(rendered[len(self._shown):] + "\n")
-            return
+        for text in (reply.text, reply.written):  # marked after it was printed: continue what was
+            rendered = translate.render_reply(replace(reply, text=text)) if text else ""
+            if rendered.startswith(self._shown) and not reply.attachments:
+                self._write_partial(rendered[len(self._shown):] + "\n")
+                return
         self._write_partial("\n")
         await self._channel.send(reply)
 

@@ -64,6 +64,10 @@ class Metrics:
                                    ["platform", "reason"], registry=r)
         self._loop_blocks = Counter("raptor_loop_blocks", "Times the event loop was blocked past its watchdog's "
                                     "threshold.", registry=r)
+        self._unverified = Counter("raptor_citations_unverified", "Citations whose quote was not verbatim in "
+                                   "its source, shown without a quote.", registry=r)
+        self._unsupported = Counter("raptor_sentences_unsupported", "Sentences of answers that the passages "
+                                    "they cite do not support.", registry=r)
 
     def observe_question(self, platform: str, outcome: str, seconds: float) -> None:
         """Count one question that ended with ``outcome`` after ``seconds``.
@@ -115,6 +119,14 @@ class Metrics:
             raise ValueError(f"tokens must not be negative, got {tokens}")
         self._model_calls.labels(purpose=purpose).inc()
         self._model_tokens.labels(purpose=purpose).inc(tokens)
+
+    def count_answer_checks(self, unverified_quotes: int, unsupported_sentences: int) -> None:
+        """Count what one answer's check found: quotes not verbatim in their source, and
+        sentences the passages they cite do not support. Raises ValueError on a negative count."""
+        if unverified_quotes < 0 or unsupported_sentences < 0:
+            raise ValueError("counts must not be negative")
+        self._unverified.inc(unverified_quotes)
+        self._unsupported.inc(unsupported_sentences)
 
     def count_error(self, kind: str) -> None:
         """Count one error of ``kind``."""

@@ -34,28 +34,67 @@ def citation_view(citation: Citation) -> CitationView:
     )
 
 
-def answer_reply(answer: Answer, thread: str = "", answer_id: str = "") -> Reply:
-    """The answer with its numbered citations, in the question's thread; the answer's warning is kept."""
+UNSUPPORTED_MARK = "⚠"
+UNSUPPORTED_NOTE = "Marked ⚠: not supported by the passages cited."
+QUOTED_SENTENCES = 3  # unsupported sentences the note quotes (a terminal cannot mark them in place)
+SENTENCE_CHARS = 100
+
+
+def checked_text(answer: Answer, drop_unsupported: bool = False) -> str:
+    """The answer's text with each sentence its citations do not support marked ``⚠`` after
+    it, or left out with ``drop_unsupported``; unchanged when every sentence is supported."""
+    text = answer.text
+    for sentence in answer.unsupported:
+        text = text.replace(sentence, "" if drop_unsupported else f"{sentence} {UNSUPPORTED_MARK}", 1)
+    if drop_unsupported and answer.unsupported:
+        text = "\n".join(" ".join(line.split()) for line in text.splitlines()).strip()
+    return text
+
+
+def unsupported_note(answer: Answer, drop_unsupported: bool = False) -> str:
+    """The one line ending an answer with unsupported sentences: how many were left out, or
+    that the marked ones are unsupported, quoting them (where an answer shown as it was
+    written cannot be marked in place, the quotes say which); empty when there are none."""
+    found = answer.unsupported
+    if not found:
+        return ""
+    if drop_unsupported:
+        them = "it" if len(found) == 1 else "them"
+        return f"{count(len(found), 'sentence')} left out: the passages cited do not support {them}."
+    quoted = ", ".join(f"“{_clip(sentence, SENTENCE_CHARS)}”" for sentence in found[:QUOTED_SENTENCES])
+    more = f" and {len(found) - QUOTED_SENTENCES:,} more" if len(found) > QUOTED_SENTENCES else ""
+    return f"{UNSUPPORTED_NOTE} {quoted}{more}."
+
+
+def answer_reply(answer: Answer, thread: str = "", answer_id: str = "", drop_unsupported: bool = False) -> Reply:
+    """The answer with its numbered citations, in the question's thread: its unsupported
+    sentences marked (or left out) and the note saying so after the answer's own warning."""
+    text = checked_text(answer, drop_unsupported)
+    warning = " ".join(part for part in (answer.warning, unsupported_note(answer, drop_unsupported)) if part)
     return Reply(
         ReplyKind.ANSWER,
-        answer.text,
+        text,
         citations=tuple(citation_view(c) for c in answer.citations),
-        warning=answer.warning,
+        warning=warning,
         thread=thread,
         answer_id=answer_id,
+        written=answer.text if text != answer.text else "",
     )
 
 
 def citation_line(citation: CitationView) -> str:
-    """``[1] summary (layer 2) · Title — “quote…” link (node ID)``; excerpts without a layer."""
+    """``[1] summary (layer 2) · Title — “quote…” link (node ID)``; excerpts without a layer.
+    A citation whose quote could not be verified in its source shows no quote."""
     link = f" {citation.link}" if citation.link else ""
     kind = node_kind(citation.layer).lower()
-    return f"[{citation.number}] {kind} · {citation.title} — “{citation.quote}”{link} (node {citation.node_id})"
+    quoted = f" — “{citation.quote}”" if citation.quote else ""
+    return f"[{citation.number}] {kind} · {citation.title}{quoted}{link} (node {citation.node_id})"
 
 
 def answer_text(answer: Answer) -> str:
-    """The answer as plain text (see :func:`cited_text`)."""
-    return cited_text(answer.text, answer.warning, [citation_view(c) for c in answer.citations])
+    """The answer as plain text (see :func:`cited_text`), unsupported sentences marked."""
+    reply = answer_reply(answer)
+    return cited_text(reply.text, reply.warning, reply.citations)
 
 
 def cited_text(text: str, warning: str, citations: Sequence[CitationView]) -> str:

@@ -181,7 +181,9 @@ def test_pinned_thread_is_one_source_and_unpin_removes_it(
         assert "is already in this channel" in again.text
         answer = await s.do(Question(channel, GUEST, "Which port does the ledger listen on?"))
         cited = answer.citations[0]  # the thread's one excerpt: root and replies together
-        assert cited.title.startswith("Thread by Ana") and "It listens on 7443. Only inside the VPN." in cited.quote
+        assert cited.title.startswith("Thread by Ana")
+        excerpt = engine.store.channel(channel).source_text(source.id)  # one source, one excerpt
+        assert "It listens on 7443." in excerpt and "Only inside the VPN." in excerpt and cited.quote in excerpt
 
         removed = await s.do(Unpin(channel, GUEST, "t-1"))
         assert removed.kind is ReplyKind.INFO and removed.text.startswith("Removed “Thread by Ana")

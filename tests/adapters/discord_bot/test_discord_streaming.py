@@ -90,6 +90,10 @@ def test_an_answer_is_posted_at_its_first_words_and_edited_until_complete(
         assert (shown[0]["content"] or None) == (expected.content or None)
         assert shown[0]["embeds"] == [e.to_dict() for e in expected.embeds]
         assert shown[0]["components"]  # the feedback buttons came with the last edit
+        # The sentence left citing nothing once [99] was dropped is marked, with the note at the end.
+        texts = [shown[0]["content"] or "", *(e.get("description") or "" for e in shown[0]["embeds"])]
+        assert any("fifteen-minute meeting. ⚠" in t for t in texts), texts
+        assert any(replies.UNSUPPORTED_NOTE in t for t in texts), texts
 
     run(stub, embedder, tmp_path, body)
 

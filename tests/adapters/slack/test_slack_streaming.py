@@ -11,6 +11,7 @@ finished message must be exactly the non-streamed answer as the adapter renders 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -124,15 +125,23 @@ def test_an_answer_streams_natively_in_its_thread(stub: OpenAIStub, embedder: Se
         assert start.at - sent < FIRST_WORDS_S, start.at - sent
         assert len(appends) >= 1 and start.at < appends[0].at and appends[-1].at < stop.at < update.at
         assert all(gap >= STREAM_EVERY_S - 0.05 for gap in gaps([start, *appends])), gaps([start, *appends])
-        # What was streamed is the answer's text, citations already renumbered, [99] gone ...
+        # What was streamed is the answer's text, citations already renumbered, [99] gone (its
+        # sentence, left citing nothing, is marked unsupported: the stream stops where the marked
+        # text no longer continues it) ...
         answer = await bot.engine.answer(key(), QUESTION)
-        assert streamed_text([start, *appends, stop]) == answer.text
+        assert answer.text.startswith(streamed_text([start, *appends, stop]))
         assert "[99]" not in answer.text and "[3]" not in answer.text
-        # ... and the finished message is the non-streamed answer, rendered exactly, in place.
+        # ... and the finished message is the non-streamed answer, rendered exactly, in place,
+        # the sentence that cites nothing marked in its markdown block and its fallback text.
         [expected] = await expected_messages(bot, asked["ts"])
         shown = slack.shown(CHANNEL, start.params and update.params["ts"])
         assert shown is not None and shown["ts"] == update.params["ts"]
         assert (shown["text"], shown["blocks"]) == (expected["text"], as_slack_keeps(expected["blocks"]))
+        [markdown] = [b["text"] for b in shown["blocks"] if b["type"] == "markdown"]
+        for text in (markdown, shown["text"]):
+            assert "fifteen-minute meeting. ⚠" in text, text
+        warning = [b for b in shown["blocks"] if b.get("block_id", "").startswith("raptor_warning")]
+        assert warning and replies.UNSUPPORTED_NOTE in json.dumps(warning, ensure_ascii=False)
         assert not slack.posts(CHANNEL, asked["ts"])  # no second message
         assert not slack.rejected(), slack.rejected()
 

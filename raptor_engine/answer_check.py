@@ -1,0 +1,217 @@
+"""Checking an answer against what it cites: quotes verified, sentences supported.
+
+Contract of :func:`check_answer`: given an :class:`~raptor_engine.types.Answer` and, for each
+cited node, the texts a quote of it may come from (its :class:`Evidence`), it returns the
+answer with
+
+- each citation's quote chosen as the passage of the evidence that best supports the
+  sentences citing it (most of their words in common), not the node's first words, and
+  *verified*: a quote is kept only when it is, after folding whitespace, case and Unicode
+  compatibility forms (NFKC), a verbatim substring of one of the node's quotable texts
+  (a leaf's own text; for a summary, the excerpts beneath it). A quote that fails is
+  emptied: the citation stays, shown as a link without quotation marks;
+  ``unverified_quotes`` counts them;
+- ``unsupported``: the answer's sentences that are claims (at least
+  :data:`MIN_CLAIM_WORDS` content words) and either cite nothing while the answer cites
+  something, or share less than ``threshold`` of their content words with the nodes they
+  cite. Each is an exact substring of the answer's text (its citation markers included),
+  so a caller can mark or drop it.
+
+The measure is lexical and needs no model: a sentence's content words are the index's words
+(``lexical.terms``, crudely stemmed), and a sentence is supported when at least ``threshold``
+of them occur in the texts of the nodes it cites (the node's own text and, for a summary, the
+excerpts beneath it). A paraphrase keeps most of its nouns and numbers; a statement from
+nowhere keeps few. An answer that was not found, or cites nothing, is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from raptor_engine.answering import QUOTE_CHARS, quote
+from raptor_engine.chunking import split_sentences
+from raptor_engine.lexical import stem, terms
+from raptor_engine.types import Answer, Citation
+
+MIN_CLAIM_WORDS = 3  # shorter sentences ("In short:", "Yes.") state nothing to check
+SUPPORT_THRESHOLD = 0.5  # the default share of a sentence's words its cited nodes must hold
+_MARKERS = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
+_LEADING_MARKERS = re.compile(r"(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])+")
+_HEADING = re.compile(r"^#{1,6}\s")
+_STRUCTURE = re.compile(r"#{1,6}\s|\||```")  # a heading, a table row, a fence
+_FENCE = re.compile(r"^```", re.MULTILINE)
+_ELLIPSIS = "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a cited node is checked against: ``own`` its text; ``beneath`` the texts of the
+    excerpts under it (empty for a leaf, or when they could not be read). A leaf's quote may
+    come from its own text; a summary's only from the excerpts beneath it."""
+
+    own: str
+    beneath: tuple[str, ...] = ()
+    leaf: bool = True
+
+    @property
+    def quotable(self) -> tuple[str, ...]:
+        return (self.own,) if self.leaf else self.beneath
+
+    @property
+    def support(self) -> tuple[str, ...]:
+        return (self.own, *self.beneath)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One sentence of an answer: its exact text (markers included) and the numbers it cites;
+    ``prose`` is False for a heading, a table row or a line of code, which state nothing alone."""
+
+    text: str
+    numbers: tuple[int, ...]
+    prose: bool = True
+
+
+def check_answer(
+    answer: Answer, evidence: Mapping[str, Evidence], question: str = "", threshold: float = SUPPORT_THRESHOLD
+) -> Answer:
+    """``answer`` with verified quotes and its unsupported sentences; see the module docstring.
+
+    ``evidence`` maps a cited node's id to its :class:`Evidence` (a node missing from it
+    quotes nothing and supports nothing). ``question`` stands in for the sentences of a
+    citation no sentence names (the fallback citations of an answer that cited nothing).
+    """
+    if not answer.found or not answer.citations:
+        return answer
+    claims = answer_claims(answer.text)
+    by_number = {citation.number: citation for citation in answer.citations}
+    quoted = [_quoted(citation, claims, evidence.get(citation.node_id), question) for citation in answer.citations]
+    unverified = sum(1 for citation in quoted if not citation.quote)
+    cites_any = any(claim.numbers for claim in claims)
+    unsupported = tuple(
+        claim.text for claim in claims
+        if is_claim(claim) and cites_any and not _supported(claim, by_number, evidence, threshold)
+    )
+    return replace(answer, citations=tuple(quoted), unsupported=unsupported, unverified_quotes=unverified)
+
+
+def answer_claims(text: str) -> list[Claim]:
+    """The sentences of an answer's ``text``, each with the citation numbers it carries.
+
+    Markers written after a sentence's full stop ("It rains. [1] Then...") belong to the
+    sentence before them, as a reader takes them.
+    """
+    spans: list[list[int]] = []
+    for start, end in split_sentences(text):
+        leading = _LEADING_MARKERS.match(text, start, end)
+        if leading and spans:
+            spans[-1][1] = leading.end()
+            start = leading.end()
+            while start < end and text[start].isspace():
+                start += 1
+        if start < end:
+            spans.append([start, end])
+    fences = _fenced(text)
+    return [Claim(text[start:end], _numbers(text[start:end]),
+                  not (_STRUCTURE.match(text, start) or any(a <= start < b for a, b in fences)))
+            for start, end in spans]
+
+
+def _fenced(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` inside code fences (an unclosed fence runs to the end)."""
+    marks = [match.start() for match in _FENCE.finditer(text)]
+    marks += [len(text)] if len(marks) % 2 else []
+    return list(zip(marks[::2], marks[1::2]))
+
+
+def normalised(text: str) -> str:
+    """``text`` as quotes are compared: NFKC, case-folded, every run of whitespace one space."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def is_verbatim(passage: str, texts: Sequence[str]) -> bool:
+    """Whether ``passage`` (an ellipsis cut at its end ignored) is in one of ``texts``, compared
+    :func:`normalised`. An empty passage is never verbatim."""
+    wanted = normalised(passage.removesuffix(_ELLIPSIS))
+    return bool(wanted) and any(wanted in normalised(text) for text in texts)
+
+
+def support(sentence: str, texts: Sequence[str]) -> float:
+    """The share of ``sentence``'s content words (stemmed) that ``texts`` use, in [0, 1];
+    1 for a sentence without content words."""
+    wanted = _stems(_MARKERS.sub(" ", sentence))
+    if not wanted:
+        return 1.0
+    held: set[str] = set()
+    for text in texts:
+        held |= _stems(text)
+    return len(wanted & held) / len(wanted)
+
+
+def _quoted(citation: Citation, claims: Sequence[Claim], evidence: Evidence | None, question: str) -> Citation:
+    """``citation`` quoting the passage of its evidence that supports its sentences, or
+    quoting nothing when no such passage is verbatim in the evidence."""
+    if evidence is None:
+        return replace(citation, quote="")
+    citing = [claim.text for claim in claims if citation.number in claim.numbers] or [question]
+    passage = _passage(citing, evidence.quotable)
+    shown = quote(passage) if passage else ""
+    return replace(citation, quote=shown if is_verbatim(shown, evidence.quotable) else "")
+
+
+def _passage(citing: Sequence[str], texts: Sequence[str]) -> str:
+    """The passage supporting the sentences ``citing`` a node: for each, the node's sentence
+    sharing most of its words; their whole span when they lie in one text within
+    ``QUOTE_CHARS`` (an extractive answer's sentences, together), else the best one alone."""
+    picks = [_best_sentence(_stems(sentence), texts) for sentence in citing]
+    found = [pick for pick in picks if pick is not None]
+    if not found:
+        return ""
+    best = max(found, key=lambda pick: pick[3])
+    same_text = [pick for pick in found if pick[0] == best[0]]
+    start, end = min(pick[1] for pick in same_text), max(pick[2] for pick in same_text)
+    span = texts[best[0]][start:end]
+    return span if len(" ".join(span.split())) <= QUOTE_CHARS else texts[best[0]][best[1]:best[2]]
+
+
+def _best_sentence(wanted: set[str], texts: Sequence[str]) -> tuple[int, int, int, int] | None:
+    """(text index, start, end, words shared) of the sentence of ``texts`` sharing the most of
+    ``wanted`` (the first on a tie; the first sentence when none shares any). Headings are
+    never a passage."""
+    best: tuple[int, int, int, int] | None = None
+    for index, text in enumerate(texts):
+        for start, end in split_sentences(text):
+            if _HEADING.match(text, start):
+                continue
+            shared = len(_stems(text[start:end]) & wanted)
+            if best is None or shared > best[3]:
+                best = (index, start, end, shared)
+    return best
+
+
+def _supported(claim: Claim, by_number: Mapping[int, Citation], evidence: Mapping[str, Evidence],
+               threshold: float) -> bool:
+    texts = [text for number in claim.numbers if number in by_number
+             for text in _support_texts(evidence.get(by_number[number].node_id))]
+    return bool(texts) and support(claim.text, texts) >= threshold
+
+
+def _support_texts(evidence: Evidence | None) -> tuple[str, ...]:
+    return evidence.support if evidence is not None else ()
+
+
+def is_claim(claim: Claim) -> bool:
+    """Whether ``claim`` states something to check: prose of at least :data:`MIN_CLAIM_WORDS`
+    content words (markers aside)."""
+    return claim.prose and len(_stems(_MARKERS.sub(" ", claim.text))) >= MIN_CLAIM_WORDS
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for match in _MARKERS.finditer(text) for part in match.group(1).split(","))
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(word) for word in terms(text)}
