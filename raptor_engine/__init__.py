@@ -36,13 +36,13 @@ _EXPORTS: dict[str, str] = {
     "use_numba_cache_dir": "numba_cache:use_cache_dir",
     # the error tree
     "RaptorError": "errors", "RejectReason": "errors", "DocumentRejected": "errors", "ChannelError": "errors",
-    "NothingToBuild": "errors", "NoMaterial": "errors", "NodeNotFound": "errors", "BuildError": "errors", "BuildBusy": "errors", "BuildSuperseded": "errors",
+    "NothingToBuild": "errors", "NoMaterial": "errors", "NodeNotFound": "errors", "BuildError": "errors", "BuildBusy": "errors", "BuildSuperseded": "errors", "BuildHeldBack": "errors",
     "SpendingLimitReached": "errors", "ProviderError": "errors", "StoreError": "errors",
     "StoreUnavailable": "errors", "ModelRequestRejected": "errors", "ModelBadResponse": "errors",
     "ModelUnavailable": "errors", "ModelTimeout": "errors",
 }
 __all__ = [
-    "Answer", "AnswerRecord", "AnswerStream", "Answerer", "BuildBusy", "BuildError", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
+    "Answer", "AnswerRecord", "AnswerStream", "Answerer", "BuildBusy", "BuildError", "BuildHeldBack", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
     "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
     "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",
@@ -75,6 +75,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
     from raptor_engine.errors import (
         BuildBusy,
         BuildError,
+        BuildHeldBack,
         BuildSuperseded,
         ChannelError,
         DocumentRejected,

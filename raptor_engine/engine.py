@@ -112,7 +112,7 @@ class Engine:
             embedder=embedder,
             summarizer=summarizer,
             counter=counter,
-            settings=BuildSettings(settings.clustering, settings.max_concurrency, settings.spending),
+            settings=BuildSettings(settings.clustering, settings.max_concurrency, settings.spending, settings.retrieval),
             ingests=self._ingests,
             writers=self._writers,
             gate=self._gate,
@@ -241,7 +241,7 @@ class Engine:
 
     # -- building ------------------------------------------------------------
 
-    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None) -> BuildReport:
+    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None, force: bool = False) -> BuildReport:
         """Builds a new tree from the channel's sources and switches to it in one step.
 
         Leaves of sources seen before are reused, not re-embedded; summaries of
@@ -255,8 +255,14 @@ class Engine:
         The build runs on a thread of its own at a lower CPU priority (see
         ``background.py``), so questions answered meanwhile keep their speed;
         ``progress`` is called from that thread's threads.
+
+        Before it is served, the new tree passes the channel's regression gate
+        (``regression_gate.py``): its approved questions must still find their sources about
+        as well as with the served tree, and it must hold the excerpts its sources give.
+        Otherwise it is kept aside, unserved, and ``BuildHeldBack`` says why; ``force``
+        serves it anyway (the report's ``forced_over`` says what the gate found).
         """
-        return await self._rebuilds.rebuild(key, progress)
+        return await self._rebuilds.rebuild(key, progress, force)
 
     # -- answers and feedback ---------------------------------------------------
 

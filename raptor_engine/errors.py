@@ -100,6 +100,21 @@ class BuildSuperseded(BuildError):
         super().__init__(f"this rebuild was taken over by another one ({detail}); its tree was not served")
 
 
+class BuildHeldBack(BuildError):
+    """The rebuilt tree failed the channel's regression gate (``regression_gate.py``): it was
+    written and kept aside, not served; the previous tree still answers. ``reason`` says what
+    it lost; ``found`` and ``total`` are its approved questions finding their sources;
+    ``repeated`` is True when the same sources were held back for the same reason by the build
+    before (the channel was told then)."""
+
+    def __init__(self, reason: str, *, found: int, total: int, repeated: bool) -> None:
+        self.reason = reason
+        self.found = found
+        self.total = total
+        self.repeated = repeated
+        super().__init__(f"the rebuilt tree was held back and the previous one still answers: {reason}")
+
+
 class SpendingLimitReached(BuildError):
     """A rebuild would pass its ceiling of language-model calls or tokens; it stopped
     before making the requests that would pass it.

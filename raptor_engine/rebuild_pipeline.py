@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
 import numpy as np
@@ -31,10 +32,19 @@ import numpy as np
 from raptor_engine.background import ForegroundGate, run_in_background
 from raptor_engine.channel_writers import ChannelWriters, utc_now
 from raptor_engine.clustering import ClusteringSettings
-from raptor_engine.errors import BuildError, NothingToBuild, ProviderError, SpendingLimitReached, StoreError
+from raptor_engine.errors import (
+    BuildError,
+    BuildHeldBack,
+    NothingToBuild,
+    ProviderError,
+    SpendingLimitReached,
+    StoreError,
+)
 from raptor_engine.ingest_pipeline import IngestPipeline
 from raptor_engine.metering import Meter, ModelUsage, SpendingLimits, metering
 from raptor_engine.protocols import BuildGuard, Embedder, Summarizer, TokenCounter
+from raptor_engine.regression_gate import GateVerdict, RegressionGate, expected_leaves, leaves_per_source
+from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState, TreeState, leaf_node, profile_digest
 from raptor_engine.tree import BuiltTree, ProgressCallback, TreeBuilder
 from raptor_engine.types import BuildReport, ChannelKey, Node, Source
@@ -55,6 +65,7 @@ class BuildSettings:
     clustering: ClusteringSettings
     max_concurrency: int
     spending: SpendingLimits
+    retrieval: RetrievalSettings = RetrievalSettings()  # the channel's: the regression gate asks as questions will
 
 
 class RebuildPipeline:
@@ -90,27 +101,28 @@ class RebuildPipeline:
         # A summary's key already hashes its members' texts (see tree.summary_key): only the
         # model embedding it is left to tell one cache from another.
         self._summary_profile = profile_digest(embedder.model_id)
+        self._regression_gate = RegressionGate(embedder, settings.retrieval)
 
-    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None) -> BuildReport:
-        """Builds a new tree of the channel and serves it; ``progress`` is called from the
-        build's own threads."""
-        return await run_in_background(self._guarded(key, progress), name=f"rebuild {key}")
+    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None, force: bool = False) -> BuildReport:
+        """Builds a new tree of the channel and serves it if it passes the regression gate (or
+        ``force``); ``progress`` is called from the build's own threads."""
+        return await run_in_background(self._guarded(key, progress, force), name=f"rebuild {key}")
 
-    async def _guarded(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
+    async def _guarded(self, key: ChannelKey, progress: ProgressCallback | None, force: bool) -> BuildReport:
         # Held on the build's own thread: ``BuildBusy`` comes at once, before any work.
         if self._build_guard is None:
-            return await self._counted(key, progress)
+            return await self._counted(key, progress, force)
         with self._build_guard.hold(key):
-            return await self._counted(key, progress)
+            return await self._counted(key, progress, force)
 
-    async def _counted(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
+    async def _counted(self, key: ChannelKey, progress: ProgressCallback | None, force: bool) -> BuildReport:
         with self._writers.writing(key) as writing:
-            report = await self._rebuild_channel(key, progress)
+            report = await self._rebuild_channel(key, progress, force)
         if writing.dropped:  # a forget of the last source ended while this build ran
             raise NothingToBuild("every source of this channel was forgotten while the rebuild ran")
         return report
 
-    async def _rebuild_channel(self, key: ChannelKey, progress: ProgressCallback | None) -> BuildReport:
+    async def _rebuild_channel(self, key: ChannelKey, progress: ProgressCallback | None, force: bool) -> BuildReport:
         channel = self._writers.channel(key)
         for source_id in channel.sources_in_state(SourceState.FORGETTING):
             log.info("channel %s: finishing the interrupted forget of source %s", key, source_id[:12])
@@ -119,14 +131,15 @@ class RebuildPipeline:
         if not sources:
             raise NothingToBuild("this channel has no sources yet: add a file or pin a message first")
         try:
-            return await self._build(key, channel, sources, progress)
+            return await self._build(key, channel, sources, progress, force)
         finally:
             # However the build ended (failed, cancelled), a source forgotten while it ran
             # must not survive in what it wrote: summaries, leaves, an unfinished tree.
             self._writers.purge_forgotten_quietly(key, channel, [s.id for s in sources])
 
     async def _build(
-        self, key: ChannelKey, channel: ChannelStore, sources: list[Source], progress: ProgressCallback | None
+        self, key: ChannelKey, channel: ChannelStore, sources: list[Source], progress: ProgressCallback | None,
+        force: bool,
     ) -> BuildReport:
         """Builds the channel's next tree and serves it; a model's failure or the spending
         ceiling frees the unserved tree and says the previous one still answers."""
@@ -135,8 +148,8 @@ class RebuildPipeline:
         began = time.perf_counter()
         with metering(self._settings.spending) as meter:
             try:
-                built, state, embedded = await self._build_and_publish(
-                    key, channel, version, sources, progress, meter, stages
+                built, state, embedded, verdict = await self._build_and_publish(
+                    key, channel, version, sources, progress, meter, stages, force
                 )
             except SpendingLimitReached as exc:
                 channel.discard_tree(version)
@@ -150,7 +163,9 @@ class RebuildPipeline:
                 raise BuildError(f"the rebuild stopped and the previous tree still answers: {exc}") from exc
         usage = meter.usage()
         log.info("channel %s: built tree v%d %s (%d model calls)", key, version, state.nodes_per_layer, usage.calls)
-        return _report(version, len(sources), state, built, embedded, stages, usage, time.perf_counter() - began)
+        report = _report(version, len(sources), state, built, embedded, stages, usage, time.perf_counter() - began)
+        return replace(report, approved_found=verdict.check.found, approved_total=verdict.check.total,
+                       forced_over=verdict.reason if verdict.forced else "")
 
     async def _build_and_publish(
         self,
@@ -161,10 +176,15 @@ class RebuildPipeline:
         progress: ProgressCallback | None,
         meter: Meter,
         stages: dict[str, float],
-    ) -> tuple[BuiltTree, TreeState, int]:
-        """The built tree, the state now served, and how many leaves were embedded now;
-        each stage's seconds go into ``stages``."""
+        force: bool,
+    ) -> tuple[BuiltTree, TreeState, int, GateVerdict]:
+        """The built tree, the state now served, how many leaves were embedded now and the
+        regression gate's verdict; each stage's seconds go into ``stages``."""
+        served = channel.live_state()
+        served_leaves = await asyncio.to_thread(leaves_per_source, channel, served)
         groups, embedded = await self._leaves(key, channel, sources, stages)
+        cut = Counter({nodes[0].source_ids[0]: len(nodes) for nodes, _ in groups if nodes})
+        expected = expected_leaves(served_leaves, [(source.id, cut[source.id]) for source in sources])
         if not groups:
             raise NothingToBuild("every source of this channel was forgotten while the rebuild began")
         builder = TreeBuilder(
@@ -176,10 +196,11 @@ class RebuildPipeline:
         )
         built = await builder.build(groups, cache)
         stages.update(built.stage_seconds)
-        state = await _timed(stages, "store", self._publish, key, channel, version, sources, built)
+        state, verdict = await _timed(stages, "store", self._publish, key, channel, version, sources, built,
+                                      (served, expected, force))
         await _timed(stages, "index", self._warm_indexes, key, channel)
         await _timed(stages, "tidy", self._tidy_store, key)
-        return built, state, embedded
+        return built, state, embedded, verdict
 
     async def _leaves(
         self, key: ChannelKey, channel: ChannelStore, sources: list[Source], stages: dict[str, float]
@@ -208,14 +229,18 @@ class RebuildPipeline:
         return groups, embedded
 
     def _publish(
-        self, key: ChannelKey, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree
-    ) -> TreeState:
-        """Writes the built tree beside the served one, then switches to it.
+        self, key: ChannelKey, channel: ChannelStore, version: int, sources: list[Source], built: BuiltTree,
+        gate: tuple[TreeState | None, int, bool],
+    ) -> tuple[TreeState, GateVerdict]:
+        """Writes the built tree beside the served one, checks it (``gate``: the served state,
+        the leaves expected, whether forced) and switches to it; a tree the regression gate
+        refuses is kept aside, unserved, and ``BuildHeldBack`` raised.
 
         Runs in a worker thread that goes on even if the build is cancelled, so it
         cleans up after itself: a source forgotten while this build ran must not
         come back with the new tree, whether it was written whole or not.
         """
+        served, expected, force = gate
         try:
             if self._build_guard is not None:
                 # Before writing too: a builder cut off while it built must not write beside (or,
@@ -229,19 +254,29 @@ class RebuildPipeline:
                 source_ids=tuple(s.id for s in sources),
                 nodes_per_layer=built.nodes_per_layer(),
             )
+            verdict = self._regression_gate.verdict(channel, state, served, expected,
+                                                    built.nodes_per_layer().get(0, 0), force)
+            if not verdict.passed:
+                repeated = self._regression_gate.held_back(channel, verdict, [s.id for s in sources], state.built_at)
+                log.warning("channel %s: tree v%d held back by the regression gate: %s", key, version, verdict.reason)
+                raise BuildHeldBack(verdict.reason, found=verdict.check.found, total=verdict.check.total,
+                                    repeated=repeated)
             if self._build_guard is not None:
                 self._build_guard.confirm(key)  # the last moment: a builder cut off must not switch
             if not channel.switch_to(state):
                 # Another build's newer tree got served meanwhile: it stays; this one goes.
                 channel.discard_tree(version)
-                return channel.live_state() or state
+                return channel.live_state() or state, verdict
+            self._regression_gate.served_now(channel, verdict, state.built_at)
             channel.prune_summaries(self._summary_profile, built.used_keys)
+        except BuildHeldBack:
+            raise  # kept aside, with its reason, until the next build
         except BaseException:
             _discard_quietly(key, channel, version)
             raise
         finally:
             self._writers.purge_forgotten(key, channel, [s.id for s in sources])
-        return state
+        return state, verdict
 
     def _warm_indexes(self, key: ChannelKey, channel: ChannelStore) -> None:
         """Builds the served tree's BM25 index and summary map now, so the first question after

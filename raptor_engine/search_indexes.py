@@ -133,9 +133,7 @@ class ChannelIndexes:
             if cached is not None and cached.tag == tag:
                 self._trees.move_to_end(key)
                 return cached
-        ids, texts, titles = channel.node_texts(state.version)
-        counts = count_terms(ids, titled(texts, titles) if len(set(titles) - {""}) > 1 else texts)
-        built = _Tree(tag, counts, LexicalIndex.of_counts(counts), load_summary_map(channel, state))
+        built = _tree_of(channel, state)
         with self._lock:
             cached = self._trees.get(key)
             # A question that read the state just before a switch must not evict the new tree's indexes.
@@ -208,6 +206,20 @@ class ChannelIndexes:
             while len(self._combined) > COMBINED_CACHE_SIZE:
                 self._combined.popitem(last=False)
         return index, fresh
+
+
+def tree_indexes(channel: ChannelStore, state: TreeState) -> SearchIndexes:
+    """The indexes of tree ``state`` alone (no fresh leaves), built now and kept nowhere: to
+    search a tree that is not served yet as it would be searched once served."""
+    tree = _tree_of(channel, state)
+    return SearchIndexes(tree.lexical, tree.summaries, NO_FRESH)
+
+
+def _tree_of(channel: ChannelStore, state: TreeState) -> _Tree:
+    """A tree version's BM25 index and summary map, read from the store."""
+    ids, texts, titles = channel.node_texts(state.version)
+    counts = count_terms(ids, titled(texts, titles) if len(set(titles) - {""}) > 1 else texts)
+    return _Tree((state.version, state.revision), counts, LexicalIndex.of_counts(counts), load_summary_map(channel, state))
 
 
 def titled(texts: Sequence[str], titles: Sequence[str]) -> list[str]:

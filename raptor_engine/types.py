@@ -195,6 +195,9 @@ class BuildReport:
     completion_tokens: int = 0
     model_seconds: float = 0.0  # wall time of those requests, summed over requests
     elapsed_seconds: float = 0.0  # wall time of the whole rebuild (stages overlap, so their sum is more)
+    approved_found: int = 0  # the channel's approved questions whose sources the new tree finds (hit@5)
+    approved_total: int = 0
+    forced_over: str = ""  # served with --force although the regression gate would have held it back: why
 
     @property
     def total_seconds(self) -> float:
