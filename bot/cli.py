@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, TextIO
 # imports (scikit-learn, Chroma, the model: seconds), so that the two overlap.
 from bot.config import Config, load_config
 from bot.errors import BotError, NothingToAsk, explain
-from raptor_engine import AnswerRecord, BuildReport, ChannelKey, Hit, NoMaterial, RaptorError, RetrievalMode
+from raptor_engine import (
+    AnswerRecord,
+    BuildHeldBack,
+    BuildReport,
+    ChannelKey,
+    Hit,
+    NoMaterial,
+    RaptorError,
+    RetrievalMode,
+)
 
 if TYPE_CHECKING:
     from bot.data_lock import DataLock
@@ -40,6 +49,7 @@ CLI_PLATFORM = "cli"
 CLI_WORKSPACE = "local"
 SERVE = "serve"
 WORKER = "worker"
+CLI_FORCE, CLI_CHECK = "rebuild --force", "check"  # how the command line serves a held-back tree, lists the questions
 CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
 
@@ -72,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     command(WORKER, "take rebuild jobs from the coordination server's queue until stopped "
                     "(several processes: needs coordination.redis_url and chroma.host)")
     command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
-    command("rebuild", "build the channel's tree from its sources")
+    command("rebuild", "build the channel's tree from its sources").add_argument(
+        "--force", action="store_true", help="serve the new tree even if the regression gate would hold it back")
+    command("check", "ask the channel's approved questions (👍 answers, corrections) of its tree: "
+                     "which still find their sources among the first 5 hits")
     command("ask", "answer a question with citations").add_argument("question")
     retrieve = command("retrieve", "print the nodes retrieved for questions")
     retrieve.add_argument("--mode", choices=[m.value for m in RetrievalMode])
@@ -159,7 +172,13 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
     if args.command == "rebuild":
-        print(replies.report_text(_rebuild(engine, channel)), file=stdout)
+        try:
+            print(replies.report_text(_rebuild(engine, channel, args.force)), file=stdout)
+        except BuildHeldBack as held:
+            print(replies.held_back_text(held.reason, CLI_FORCE, CLI_CHECK), file=sys.stderr)
+            return 1
+    elif args.command == "check":
+        print(replies.check_text(engine.check_questions(channel)), file=stdout)
     elif args.command == "ask":
         with _asking(engine, channel):
             answer = asyncio.run(engine.answer(channel, args.question))
@@ -274,13 +293,13 @@ def _start_clustering(config: Config) -> DataLock | None:
     return lock
 
 
-def _rebuild(engine: Engine, channel: ChannelKey) -> BuildReport:
-    """Rebuilds with a progress display on stderr."""
+def _rebuild(engine: Engine, channel: ChannelKey, force: bool = False) -> BuildReport:
+    """Rebuilds with a progress display on stderr (``force``: past the regression gate)."""
     from bot.progress import TerminalProgress
 
     progress = TerminalProgress()
     try:
-        return asyncio.run(engine.rebuild(channel, progress))
+        return asyncio.run(engine.rebuild(channel, progress, force))
     finally:
         progress.close()
 

@@ -69,6 +69,9 @@ class CommandHandling:
             await self._node(command, send)
         elif name == commands.TREE:
             await self._tree(command, send)
+        elif name == commands.CHECK:
+            check = await self._engine.run(lambda engine: engine.check_questions(command.channel))
+            await self._info(send, command, replies.check_text(check))
         elif name == commands.FEEDBACK:
             answers = await self._engine.run(lambda engine: engine.answers(command.channel))
             await self._info(send, command, replies.feedback_report_text(answers))

@@ -45,13 +45,15 @@ FORGET = "forget"
 NODE = "node"
 TREE = "tree"
 FEEDBACK = "feedback"
+CHECK = "check"
 HELP = "help"
 
 COMMANDS: dict[str, CommandSpec] = {
     spec.name: spec
     for spec in (
         CommandSpec(ASK, "ask QUESTION", "answer a question from this channel's material, citing its sources"),
-        CommandSpec(REBUILD, "rebuild", "rebuild this channel's tree of summaries now", admin_only=True),
+        CommandSpec(REBUILD, "rebuild [force]", "rebuild this channel's tree of summaries now (force: serve it even "
+                    "if the check would hold it back)", admin_only=True),
         CommandSpec(STATUS, "status", "the tree's size, when it was built, and the next scheduled rebuild"),
         CommandSpec(SOURCES, "sources", "list the files and pinned messages this channel answers from"),
         CommandSpec(FORGET, "forget SOURCE", "remove a source (its id or a prefix of it) and all built from it",
@@ -60,6 +62,8 @@ COMMANDS: dict[str, CommandSpec] = {
         CommandSpec(TREE, "tree", "a picture and an outline of this channel's tree"),
         CommandSpec(FEEDBACK, "feedback", "recent 👎 with their reasons, and the questions I could not answer",
                     admin_only=True),
+        CommandSpec(CHECK, "check", "ask the approved questions (👍 answers, corrections) of the tree: which still "
+                    "find their sources", admin_only=True),
         CommandSpec(HELP, "help", "this list"),
     )
 }

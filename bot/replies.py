@@ -61,11 +61,15 @@ from bot.texts.sources import (
     updated_text,
 )
 from bot.texts.tree import (
+    FORCE_COMMAND,
     REBUILD_ENQUEUED,
     REBUILD_INTERRUPTED,
     REBUILD_QUEUED_BEHIND,
     REBUILD_STARTED,
     REBUILDS_WAIT,
+    approved_text,
+    check_text,
+    held_back_text,
     layers_text,
     node_text,
     progress_text,
@@ -79,7 +83,7 @@ from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short
 
 __all__ = [
     "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
-    "EMPTY_QUESTION", "FILE_TYPES", "UNSUPPORTED_NOTE", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
+    "EMPTY_QUESTION", "FILE_TYPES", "FORCE_COMMAND", "UNSUPPORTED_NOTE", "approved_text", "check_text", "held_back_text", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",

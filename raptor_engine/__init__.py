@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     # the clustering worker and numba's kernel cache, for processes that manage them
     "warm_up_clustering": "cluster_worker:warm_up", "prestart_clustering": "cluster_worker:prestart",
     "stop_worker_processes": "worker_process",
+    # the regression gate's check of a tree, for the commands that show it
+    "GateCheck": "regression_gate",
     "use_numba_cache_dir": "numba_cache:use_cache_dir",
     # the error tree
     "RaptorError": "errors", "RejectReason": "errors", "DocumentRejected": "errors", "ChannelError": "errors",
@@ -44,7 +46,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Answer", "AnswerRecord", "AnswerStream", "Answerer", "BuildBusy", "BuildError", "BuildHeldBack", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
     "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
-    "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "Hit",
+    "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "GateCheck", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",
     "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "NoMaterial", "Node", "NodeNotFound",
     "NodeView", "NothingToBuild", "OpenAIEmbedder", "ProgressCallback", "ProviderError", "RaptorError",
@@ -106,6 +108,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
         Summarizer,
         TokenCounter,
     )
+    from raptor_engine.regression_gate import GateCheck
     from raptor_engine.retrieval import RetrievalSettings
     from raptor_engine.store import ChromaStore, channel_digest
     from raptor_engine.summarizing import ExtractiveSummarizer

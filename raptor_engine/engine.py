@@ -32,7 +32,7 @@ from raptor_engine.answer_check import SUPPORT_THRESHOLD
 from raptor_engine.background import ForegroundGate
 from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.clustering import ClusteringSettings
-from raptor_engine.errors import ChannelError
+from raptor_engine.errors import ChannelError, NothingToBuild
 from raptor_engine.ingest_pipeline import IngestPipeline, IngestResult as IngestResult
 from raptor_engine.inspection import node_view, top_nodes, tree_stats
 from raptor_engine.kept_answers import KeptAnswers
@@ -42,6 +42,7 @@ from raptor_engine.metering import SpendingLimits
 from raptor_engine.protocols import Answerer, AnswerStream, BuildGuard, Embedder, Summarizer, TokenCounter
 from raptor_engine.questions import Questions
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
+from raptor_engine.regression_gate import GateCheck, approved_questions, check_tree
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState
@@ -285,6 +286,17 @@ class Engine:
         """Stores what ``voter`` said was wrong with a kept answer, with their 👎 (a later
         reason replaces an earlier one). Raises ``ChannelError`` as :meth:`vote` does."""
         return self._kept.add_feedback(key, answer_id, voter, reason)
+
+    def check_questions(self, key: ChannelKey) -> GateCheck:
+        """The channel's approved questions asked of its served tree, as the regression gate asks
+        them (``regression_gate.py``): each one's hit@5 and first hit. Raises ``NothingToBuild``
+        when no tree is served yet."""
+        channel = self._channel(key)
+        state = channel.live_state()
+        if state is None:
+            raise NothingToBuild("this channel has no tree yet: rebuild it first")
+        with self._gate.foreground():
+            return check_tree(channel, state, approved_questions(channel), self._embedder, self.settings.retrieval)
 
     def answers(self, key: ChannelKey) -> list[AnswerRecord]:
         """The answers kept in the channel, with their votes, oldest first."""

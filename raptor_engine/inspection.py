@@ -8,6 +8,7 @@ source pending, no node and no top nodes.
 from __future__ import annotations
 
 from raptor_engine.errors import NodeNotFound
+from raptor_engine.regression_gate import held_back_reason, last_check
 from raptor_engine.store import ChannelStore
 from raptor_engine.types import ChannelKey, Node, NodeView, TreeStats
 
@@ -24,8 +25,11 @@ def tree_stats(key: ChannelKey, channel: ChannelStore) -> TreeStats:
     added = len(source_ids - set(state.source_ids) - standing_in)
     missing = len(set(state.source_ids) - source_ids)  # as forgotten; a forget finishing now
     pending = added + len(standing_in) + state.forgotten + gone_since + missing
+    checked = last_check(channel)
+    found, total = (checked.found, checked.total) if checked is not None and checked.version == state.version else (0, 0)
     return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending,
-                     changed_sources=len(standing_in))
+                     changed_sources=len(standing_in), approved_found=found, approved_total=total,
+                     held_back=held_back_reason(channel))
 
 
 def node_view(channel: ChannelStore, node_id: str) -> NodeView:

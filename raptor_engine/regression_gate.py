@@ -3,8 +3,8 @@ questions about as well as the tree it replaces, and holds the leaves its source
 
 Contract:
 
-- :func:`approved_questions` is the channel's question set: every kept answer with a 👍 that
-  found something, and every admin correction (a source of kind ``correction``: its question,
+- :func:`approved_questions` is the channel's question set: every kept answer that found
+  something and has more 👍 than 👎 (as ``python -m bot questions`` exports them), and every admin correction (a source of kind ``correction``: its question,
   expecting that source), newest first, at most :data:`SET_SIZE`, one entry per question text.
   Each question is kept with the *sources* its answer cited (source ids are content hashes), not
   with node ids, so re-chunking or re-clustering is not a regression; an edited source hands its
@@ -100,7 +100,7 @@ def approved_questions(channel: ChannelStore, limit: int = SET_SIZE) -> list[App
     found: list[ApprovedQuestion] = [
         ApprovedQuestion(record.question, frozenset(record.source_ids), record.answered_at)
         for record in channel.list_answers()
-        if record.ups > 0 and record.found and record.source_ids
+        if record.ups > record.downs and record.found and record.source_ids
     ]
     for source in channel.list_sources():
         if source.kind is SourceKind.CORRECTION:

@@ -226,6 +226,12 @@ class TreeStats:
     nodes_per_layer: dict[int, int] = field(default_factory=dict)
     pending_sources: int = 0
     changed_sources: int = 0
+    # The regression gate's last check of the served tree (see regression_gate.py): its approved
+    # questions finding their sources, of all (both 0 before any check), and why the last build
+    # was held back (empty when it was not).
+    approved_found: int = 0
+    approved_total: int = 0
+    held_back: str = ""
 
 
 @dataclass(frozen=True, slots=True)

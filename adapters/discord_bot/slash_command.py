@@ -77,6 +77,10 @@ def command_group(client: InteractionHandling, name: str) -> app_commands.Group:
     async def feedback(interaction: discord.Interaction) -> None:
         await client.run_command(interaction, commands.FEEDBACK)
 
+    @group.command(name=commands.CHECK, description=_help(commands.CHECK))
+    async def check(interaction: discord.Interaction) -> None:
+        await client.run_command(interaction, commands.CHECK)
+
     @group.command(name=commands.HELP, description=_help(commands.HELP))
     async def help_(interaction: discord.Interaction) -> None:
         await client.run_command(interaction, commands.HELP)

@@ -18,8 +18,8 @@ from bot.errors import explain, log_failure
 from bot.neutral import Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import ProgressRelay
-from bot.replies import rebuild_failed_text, report_sentence
-from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, NothingToBuild, RaptorError
+from bot.replies import held_back_text, rebuild_failed_text, report_sentence
+from raptor_engine import BuildBusy, BuildHeldBack, BuildSuperseded, ChannelKey, NothingToBuild, RaptorError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
         if relay is not None:
             relay.cancel()
         raise
+    except BuildHeldBack as exc:  # the gate did its job: no failure, the person decides
+        error = exc
+        reply = Reply(ReplyKind.INFO, held_back_text(exc.reason))
+        log.warning("channel %s: rebuild held back (%s): %s", key, why, exc.reason)
     except RaptorError as exc:
         error = exc
         reply = Reply(ReplyKind.ERROR, explain(exc))
@@ -69,4 +73,6 @@ def _outcome(error: Exception | None) -> str:
         return "superseded"
     if isinstance(error, NothingToBuild):
         return "nothing_to_build"
+    if isinstance(error, BuildHeldBack):
+        return "held_back"
     return "failed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bot.rebuilds.service import ScheduleStatus
 from bot.texts.words import count, node_kind, seconds, when
-from raptor_engine import BuildProgress, BuildReport, Node, NodeView, TreeStats, quote
+from raptor_engine import BuildProgress, BuildReport, GateCheck, Node, NodeView, TreeStats, quote
 
 REBUILD_STARTED = (
     "Rebuild started. Questions are still answered from the current tree meanwhile; I'll say when it is done."
@@ -27,6 +27,7 @@ REBUILDS_WAIT = (
     "Rebuilds wait: the coordination server (Redis) cannot be reached right now. Your request is kept "
     "and runs once it is back; questions are still answered from the current tree."
 )
+FORCE_COMMAND = "rebuild force"  # in chat; the command line's is rebuild --force
 NODE_LINE_CHARS = 100  # characters of a related node's text in node_text
 TOP_LINE_CHARS = 160  # characters of a top node's text in stats_text
 
@@ -67,6 +68,10 @@ def _state_lines(stats: TreeStats) -> list[str]:
         )
     else:
         lines.append("Up to date with its sources.")
+    if stats.approved_total:
+        lines.append(f"Check: {approved_text(stats.approved_found, stats.approved_total)}.")
+    if stats.held_back:
+        lines.append(f"The last rebuild was held back: {stats.held_back}.")
     return lines
 
 
@@ -156,8 +161,39 @@ def report_sentence(report: BuildReport) -> str:
     if report.model_calls:
         tokens = report.prompt_tokens + report.completion_tokens
         parts.append(f"{count(report.model_calls, 'language-model call')}, {count(tokens, 'token')}")
+    if report.approved_total:
+        parts.append(approved_text(report.approved_found, report.approved_total))
     parts.append(f"{seconds(report.wall_seconds)}.")
-    return "; ".join(parts)
+    sentence = "; ".join(parts)
+    if report.forced_over:
+        sentence += f" Served although the check would have held it back: {report.forced_over}."
+    return sentence
+
+
+def approved_text(found: int, total: int) -> str:
+    """``4 of 30 approved questions find their sources`` (see the regression gate)."""
+    verb = "finds its" if total == 1 else "find their"
+    return f"{found:,} of {count(total, 'approved question')} {verb} sources"
+
+
+def held_back_text(reason: str, force: str = FORCE_COMMAND, check: str = "check") -> str:
+    """A rebuild the regression gate held back: why, and how to serve it anyway (``force``, the
+    command that does it where this is read; ``check``, the one listing the questions)."""
+    return (f"Rebuild held back: {reason}. The tree served now keeps answering; "
+            f"`{force}` serves the new one anyway, and `{check}` lists the questions.")
+
+
+def check_text(check: GateCheck) -> str:
+    """The channel's approved questions asked of its served tree: the tally, then one line per question."""
+    if not check.total:
+        return ("No approved questions yet: a 👍 on an answer, or an admin's correction, adds its question, "
+                "and every rebuild must still find their sources before it is served.")
+    lines = [f"Tree v{check.version}: {approved_text(check.found, check.total)} (among the first 5 hits)."]
+    for result in check.results:
+        mark = "✓" if result.found else "✗"
+        found_instead = "" if result.found or not result.first_hit else f" (finds “{result.first_hit}” first)"
+        lines.append(f"{mark} {result.question}{found_instead}")
+    return "\n".join(lines)
 
 
 def report_text(report: BuildReport) -> str:

@@ -262,3 +262,46 @@ def test_the_question_set_holds_the_answers_people_found_right(tmp_path: Path) -
     assert channel_key("team") == ChannelKey("cli", "local", "team")
     code, out = run("--data-dir", str(tmp_path / "data"), "questions", "--channel", "slack/T1/C9")
     assert code == 0 and out == ""  # no answers kept there: an empty set, not an error
+
+
+def test_check_and_a_held_back_rebuild_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from bot.composition import build_engine
+    from bot.config import Config
+    from raptor_engine import ChannelKey
+    from raptor_engine.store.channel import ChannelStore
+
+    data = str(tmp_path / "data")
+    question = "What happens when the on-call engineer cannot be reached?"
+    assert run("--data-dir", data, "ingest", "--channel", "team", str(SAMPLE))[0] == 0
+    assert run("--data-dir", data, "rebuild", "--channel", "team")[0] == 0
+    code, out = run("--data-dir", data, "check", "--channel", "team")
+    assert code == 0 and out.startswith("No approved questions yet")
+    engine = build_engine(Config(data_dir=tmp_path / "data"))
+    key = ChannelKey("cli", "local", "team")
+    engine.keep_answer(key, "a1", question, asyncio.run(engine.answer(key, question)), "Ana")
+    engine.vote(key, "a1", "U1", up=True)
+
+    code, out = run("--data-dir", data, "check", "--channel", "team")
+    assert code == 0 and "1 of 1 approved question finds its sources" in out and f"✓ {question}" in out
+    code, out = run("--data-dir", data, "rebuild", "--channel", "team")
+    assert code == 0 and "Rebuilt: tree v2" in out and "1 of 1 approved question finds its sources" in out
+    code, out = run("--data-dir", data, "inspect", "--channel", "team")
+    assert "Check: 1 of 1 approved question finds its sources." in out
+
+    read = ChannelStore.cached_leaves  # a broken leaf cache: half of every source's excerpts lost
+    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
+        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
+        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    capsys.readouterr()
+    code, out = run("--data-dir", data, "rebuild", "--channel", "team")
+    error = capsys.readouterr().err
+    assert code == 1 and out == "" and "\nRebuild held back: it holds 7 of the 14 excerpts" in error  # after progress
+    assert "`rebuild --force` serves the new one anyway" in error
+    code, out = run("--data-dir", data, "inspect", "--channel", "team")
+    assert "tree v2" in out and "The last rebuild was held back: it holds 7 of the 14 excerpts" in out
+    code, out = run("--data-dir", data, "rebuild", "--channel", "team", "--force")
+    assert code == 0 and "Served although the check would have held it back: it holds 7 of the 14" in out
