@@ -194,6 +194,14 @@ class LimitsConfig(_Section):
     kept_answers_per_channel: int = Field(default=1000, ge=1, le=10_000_000)
 
 
+class RetentionConfig(_Section):
+    """How long the bot keeps what it learned in a channel it can no longer serve (archived,
+    deleted, or the bot removed from it): ``removed_channel_days`` after that, its material
+    is forgotten (0: at once); brought back before then, it keeps it."""
+
+    removed_channel_days: float = Field(default=7.0, ge=0, le=3650)
+
+
 class BotConfig(_Section):
     """What every platform shares: who may manage a channel, schedules, limits."""
 
@@ -204,6 +212,7 @@ class BotConfig(_Section):
     channels: dict[str, ChannelConfig] = {}
     rate_limits: RateLimitConfig = RateLimitConfig()
     limits: LimitsConfig = LimitsConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")
     def _channel_keys_have_three_parts(self) -> BotConfig:
