@@ -178,3 +178,29 @@ def test_an_archived_channel_is_unscheduled_kept_until_its_time_and_brought_back
         assert not traces(engine.store, ["staging password"]), traces(engine.store, ["staging password"])
 
     run(engine, tmp_path, after_its_time)
+
+
+def test_an_edit_that_removes_text_removes_it_from_excerpts_summaries_and_kept_answers(
+    engine: Engine, tmp_path: Path
+) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        await pin_message(slack, running, bot, "The canteen opens at eight and closes at three.", channel="C200")
+        note_ts = await pin_message(slack, running, bot, f"{KEPT} {SECRET}")
+        await slack.slash(CHANNEL, ANA, "rebuild")
+        await slack.wait_until(lambda: any(p["text"].startswith("Rebuilt") for p in slack.posts(CHANNEL)),
+                               what="the rebuild")
+        await settle(running, bot)
+        answer = await ask(slack, running, bot, "When does the staging password rotate?")
+        assert "tuesday" in answer.lower() and any("Tuesday" in a.text for a in engine.answers(key())), answer
+        assert traces(engine.store, ["staging password"])
+
+        await slack.edit(CHANNEL, note_ts, KEPT)  # the password sentence is edited away
+        await slack.wait_until(lambda: len(slack.posts(CHANNEL, note_ts)) >= 2, what="the edit's note")
+        await settle(running, bot)
+        assert "tuesday" not in retrieved(engine, "When does the staging password rotate?")
+        assert not [a.text for a in engine.answers(key()) if "Tuesday" in a.text]
+        # Nowhere in the store: no excerpt, summary (tree or cache) or kept answer holds it any more.
+        assert not traces(engine.store, ["staging password"]), traces(engine.store, ["staging password"])
+        assert "fridays" in retrieved(engine, "When are deploys frozen?")
+
+    run(engine, tmp_path, body)
