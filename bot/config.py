@@ -195,10 +195,7 @@ class LimitsConfig(_Section):
 
 
 class RetentionConfig(_Section):
-    """How long the bot keeps what it learned in a channel it can no longer serve (archived,
-    deleted, or the bot removed from it): ``removed_channel_days`` after that, its material
-    is forgotten (0: at once); brought back before then, it keeps it."""
-
+    """``removed_channel_days``: how long a channel the bot can no longer serve is kept (0: forgotten at once)."""
     removed_channel_days: float = Field(default=7.0, ge=0, le=3650)
 
 

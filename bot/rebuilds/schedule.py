@@ -27,7 +27,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
-from bot.retention import ChannelRetention
+from bot.retention import NOTE, ChannelRetention
 from raptor_engine import ChannelKey, RaptorError, TreeStats
 
 log = logging.getLogger(__name__)
@@ -131,15 +131,20 @@ class ChannelChecks:
 
 
 async def changed_since_served(engine: AsyncEngine, key: ChannelKey) -> bool:
-    """A scheduled check's question: did the channel's sources change since its served tree?
-    A store failure is logged and answers no: the next check asks again."""
+    """A scheduled check's question: did the channel's sources change since its served tree,
+    and does the bot still serve it? (A replica that did not handle the event saying a channel
+    is gone still has its job: the pending forget in the store tells it.) A store failure is
+    logged and answers no: the next check asks again."""
     try:
         stats = await engine.stats(key)
+        if not sources_changed(stats):
+            log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+            return False
+        if NOTE in await engine.notes(key):
+            log.info("channel %s: scheduled check: the channel is gone, no rebuild", key)
+            return False
     except RaptorError as exc:
         log.warning("channel %s: scheduled check failed: %s", key, exc)
-        return False
-    if not sources_changed(stats):
-        log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
         return False
     return True
 
