@@ -204,6 +204,9 @@ class SlackHandling(HandlingCore):
         if change is not None:
             log.info("event %s: %s followed", body.get("event_id"), type(change).__name__)
             await self.bot.handler.follow(change)
+            reply = removals.deleted_reply(body, self.identity)
+            if reply is not None:
+                await source_flows.reply_deleted(self, reply)
             return
         arrival = translate.classify_event(body, self.identity)
         if isinstance(arrival, Ignored):

@@ -7,7 +7,8 @@
   in the channels the event names, else in every channel of the workspace: Slack's own
   example names none);
 * a ``message`` of subtype ``message_deleted``: the sources the message became (a pin:
-  ``"<channel>:<ts>"`` of the deleted ``deleted_ts``) go;
+  ``"<channel>:<ts>"`` of the deleted ``deleted_ts``) go; a deleted thread reply is also told
+  by :func:`deleted_reply`, so that a pinned thread's source loses it;
 * ``channel_archive``, ``group_archive``, ``channel_deleted``, ``group_deleted``,
   ``channel_left``, ``group_left`` (the bot was removed), and ``member_left_channel`` of the
   bot itself: :class:`~bot.neutral.ChannelGone`;
@@ -19,7 +20,16 @@ Never raises: a payload missing what it needs is None (and then ignored as any o
 
 from __future__ import annotations
 
-from adapters.slack.payload import BotIdentity, Payload, as_list, as_mapping, as_text, channel_key, message_external_id
+from adapters.slack.payload import (
+    BotIdentity,
+    Origin,
+    Payload,
+    as_list,
+    as_mapping,
+    as_text,
+    channel_key,
+    message_external_id,
+)
 from bot.neutral import ChannelBack, ChannelGone, Deleted, PlatformChange
 
 GONE_EVENTS = {
@@ -60,6 +70,22 @@ def platform_change(body: Payload, identity: BotIdentity) -> PlatformChange | No
     if kind == "member_joined_channel" and its_bot:
         return ChannelBack(channel_key(team, channel))
     return None
+
+
+def deleted_reply(body: Payload, identity: BotIdentity) -> Origin | None:
+    """Where a deleted thread reply was (``ts`` the reply, ``thread_ts`` its root, ``user`` its
+    author), for a pinned thread's source to lose it; None for anything else. Never raises."""
+    event = as_mapping(body.get("event"))
+    if event.get("type") != "message" or event.get("subtype") != "message_deleted":
+        return None
+    previous = as_mapping(event.get("previous_message"))
+    ts = as_text(event.get("deleted_ts")) or as_text(previous.get("ts"))
+    root = as_text(previous.get("thread_ts"))
+    team = as_text(body.get("team_id")) or identity.team_id
+    channel, user = as_text(event.get("channel")), as_text(previous.get("user"))
+    if not (channel and ts and root and user) or root == ts:
+        return None
+    return Origin(team, channel, user, ts, root)
 
 
 def _file_deleted(event: Payload, team: str) -> Deleted | None:

@@ -204,3 +204,23 @@ def test_an_edit_that_removes_text_removes_it_from_excerpts_summaries_and_kept_a
         assert "fridays" in retrieved(engine, "When are deploys frozen?")
 
     run(engine, tmp_path, body)
+
+
+def test_a_deleted_reply_leaves_the_pinned_thread_it_was_part_of(engine: Engine, tmp_path: Path) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        root, _ = await slack.user_says(CHANNEL, ANA, "How do we roll back a release?")
+        await slack.user_says(CHANNEL, BEN, "Run the rollback job from the release page.", thread_ts=root["ts"])
+        secret, _ = await slack.user_says(CHANNEL, BEN, SECRET, thread_ts=root["ts"])
+        await slack.pin(CHANNEL, ANA, root["ts"])
+        await slack.wait_until(lambda: slack.posts(CHANNEL, root["ts"]), what="the thread pin's note")
+        await settle(running, bot)
+        assert "tuesday" in retrieved(engine, "When does the staging password rotate?")
+
+        await slack.delete_message(CHANNEL, secret["ts"])
+        await slack.wait_until(lambda: not traces(engine.store, ["staging password"]), what="the reply forgotten")
+        await settle(running, bot)
+        [thread] = engine.sources(key())
+        assert "rollback job" in engine.store.channel(key()).source_text(thread.id)
+        assert "tuesday" not in retrieved(engine, "When does the staging password rotate?")
+
+    run(engine, tmp_path, body)
