@@ -152,12 +152,13 @@ def test_an_archived_channel_is_unscheduled_kept_until_its_time_and_brought_back
         assert bot.scheduler.job(key()) is not None  # type: ignore[attr-defined]
         await slack.channel_event("channel_archive", CHANNEL, ANA)
         await slack.wait_until(lambda: NOTE in engine.notes(key()), what="the pending forget")
+        await settle(running, bot)
         assert bot.scheduler.job(key()) is None  # type: ignore[attr-defined]
         assert "tuesday" in retrieved(engine, "When does the staging password rotate?")  # kept for now
 
         await slack.channel_event("channel_unarchive", CHANNEL, ANA)
-        await slack.wait_until(lambda: NOTE not in engine.notes(key()), what="the forget called off")
-        assert bot.scheduler.job(key()) is not None  # type: ignore[attr-defined]
+        await slack.wait_until(lambda: NOTE not in engine.notes(key()) and bot.scheduler.job(key()),  # type: ignore[attr-defined]
+                               what="the forget called off and the channel scheduled again")
 
         await slack.channel_event("channel_archive", CHANNEL, ANA)  # archived again, for good
         await slack.wait_until(lambda: NOTE in engine.notes(key()), what="the pending forget")
