@@ -195,6 +195,11 @@ class LimitsConfig(_Section):
     kept_answers_per_channel: int = Field(default=1000, ge=1, le=10_000_000)
 
 
+class RetentionConfig(_Section):
+    """``removed_channel_days``: how long a channel the bot can no longer serve is kept (0: forgotten at once)."""
+    removed_channel_days: float = Field(default=7.0, ge=0, le=3650)
+
+
 class BotConfig(_Section):
     """What every platform shares: who may manage a channel, schedules, limits."""
 
@@ -205,6 +210,7 @@ class BotConfig(_Section):
     channels: dict[str, ChannelConfig] = {}
     rate_limits: RateLimitConfig = RateLimitConfig()
     limits: LimitsConfig = LimitsConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     @model_validator(mode="after")
     def _channel_keys_have_three_parts(self) -> BotConfig:

@@ -1,6 +1,6 @@
 """The chat handler: turns every neutral event into engine calls and replies.
 
-:meth:`ChatHandler.handle` is the one entry point. It dispatches a
+:meth:`ChatHandler.handle` is the entry point of what people ask and give. It dispatches a
 :class:`Question`, :class:`Command`, :class:`Upload`, :class:`Pin`, :class:`Unpin`,
 :class:`Vote` or :class:`Feedback` to the part that handles its kind, and speaks only
 through the ``send`` it is given:
@@ -11,6 +11,10 @@ through the ``send`` it is given:
   within the limits;
 - :mod:`bot.feedback_handling` stores votes and feedback on kept answers.
 
+:meth:`ChatHandler.follow` takes what happened on the platform that nobody is answered for
+(a :class:`Deleted` message or file, a :class:`ChannelGone` or :class:`ChannelBack`), and
+hands it to :mod:`bot.deletions`.
+
 Each part's module states its own contracts. Those of the whole:
 
 - Every blocking engine call runs in a worker thread (through ``bot.engine_calls``),
@@ -18,7 +22,8 @@ Each part's module states its own contracts. Those of the whole:
 - It never fails silently. Errors written for people (``RaptorError``,
   ``BotError``) become an ERROR reply carrying their message. Anything else is
   logged with ``log.exception`` and a short reference id, and becomes an ERROR
-  reply naming that reference, so an operator can find the full story.
+  reply naming that reference, so an operator can find the full story. What
+  ``follow`` takes has nobody to reply to: its failures are logged with a reference.
 """
 
 from __future__ import annotations
@@ -32,10 +37,27 @@ from bot import replies
 from bot.command_handling import CommandHandling
 from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
+from bot.deletions import DeletionHandling
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.feedback_handling import FeedbackHandling
-from bot.neutral import Command, Event, Feedback, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
+from bot.neutral import (
+    ChannelBack,
+    ChannelGone,
+    Command,
+    Deleted,
+    Event,
+    Feedback,
+    Pin,
+    PlatformChange,
+    Question,
+    Reply,
+    ReplyKind,
+    Send,
+    Unpin,
+    Upload,
+    Vote,
+)
 from bot.observability.log_format import channel_context
 from bot.observability.metrics import Metrics
 from bot.question_handling import QuestionHandling
@@ -75,6 +97,7 @@ class ChatHandler:
         self._sources = SourceHandling(self._engine, config, scheduler, make("uploads", HOUR_S),
                                        make("upload-bytes", DAY_S))
         self._feedback = FeedbackHandling(self._engine, config, scheduler)
+        self._deletions = DeletionHandling(self._engine, config, scheduler)
 
     async def handle(self, event: Event, send: Send) -> None:
         """Handles one event, replying through ``send``; never raises for a failure of the
@@ -84,6 +107,24 @@ class ChatHandler:
                 await self._dispatch(event, send)
         except Exception as exc:
             await _send_error(send, self._failure_reply(event, exc))
+
+    async def follow(self, change: PlatformChange) -> None:
+        """Follows a change made on the platform (see :mod:`bot.deletions`). Never raises for
+        a failure of its own: it is logged under a reference (there is nobody to tell).
+        Cancellation passes through."""
+        try:
+            with channel_context(str(change.channel)):
+                if isinstance(change, Deleted):
+                    await self._deletions.deleted(change)
+                elif isinstance(change, ChannelGone):
+                    await self._deletions.gone(change)
+                elif isinstance(change, ChannelBack):
+                    await self._deletions.back(change)
+                else:
+                    raise TypeError(f"the chat handler does not follow changes of type {type(change).__name__}")
+        except Exception:
+            self.metrics.count_error("unexpected")
+            log_failure(log, "following %s failed (reference %s)", type(change).__name__)
 
     def _failure_reply(self, event: Event, exc: Exception) -> Reply:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.

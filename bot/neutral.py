@@ -136,6 +136,55 @@ Event = Question | Command | Upload | Pin | Unpin | Vote | Feedback
 
 
 @dataclass(frozen=True, slots=True)
+class Deleted:
+    """Something deleted on the platform (a message, a file), or files taken out of a
+    message by an edit: every source it became is forgotten, as ``forget`` does, and nobody
+    is answered. A source of ``channel`` goes when its external id
+
+    - is one of ``external_ids`` (when ``files_kept`` is given: only a file whose name is
+      not in it, for files that share their message's id, such as a Discord pin's);
+    - or starts with one of ``parts_of`` and a ``/`` (a part of that message, such as a
+      Discord message's attachments, ``<channel>/<message>/<attachment>``), and is not in
+      ``kept`` (the parts the message still has, after an edit).
+
+    ``whole_workspace``: the platform did not say where it was (Slack's ``file_deleted``
+    may not): every channel of ``channel``'s platform and workspace is looked at."""
+
+    channel: ChannelKey
+    external_ids: tuple[str, ...] = ()
+    parts_of: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    files_kept: tuple[str, ...] | None = None
+    whole_workspace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelGone:
+    """The bot can no longer serve a channel: it was archived or deleted, or the bot was
+    removed from it (``reason`` says which, for the log). Its rebuilds stop being scheduled,
+    and its material is forgotten after ``bot.retention.removed_channel_days`` unless a
+    :class:`ChannelBack` comes first. ``whole_workspace``: every channel of ``channel``'s
+    platform and workspace (the bot was removed from a Discord server)."""
+
+    channel: ChannelKey
+    reason: str
+    whole_workspace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelBack:
+    """A channel the bot may serve again (unarchived, or the bot added back): a forget
+    pending since a :class:`ChannelGone` is called off, and its rebuilds are scheduled again."""
+
+    channel: ChannelKey
+
+
+PlatformChange = Deleted | ChannelGone | ChannelBack
+"""What happened on the platform that the bot follows without answering anyone
+(``ChatHandler.follow``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SourceView:
     """A source the channel holds, as adapters see it: ``external_id`` is the platform's id
     it came from (a pinned message, a file), empty when it has none."""

@@ -43,6 +43,7 @@ from raptor_engine.protocols import Answerer, AnswerStream, BuildGuard, Embedder
 from raptor_engine.questions import Questions
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
 from raptor_engine.regression_gate import GateCheck, approved_questions, check_tree
+from raptor_engine.removed_text import RemovedText
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState
@@ -211,12 +212,14 @@ class Engine:
 
     def replace_source(self, key: ChannelKey, old_id: str, successor_id: str) -> list[AnswerRecord]:
         """Replaces a source by its new version, stored already as ``successor_id`` (an edited
-        message, a file uploaded again): the old version is forgotten as by :meth:`forget`,
-        except that the answers citing it are kept, passed on to the new version and marked
-        ``changed`` (they may quote what the channel no longer says), and the served tree
-        counts it as changed, not removed (see :meth:`stats`). Returns those answers as they
-        were before (``changed`` says which cited changed material already).
-        Raises ``ChannelError`` when either source is not in the channel."""
+        message, a file uploaded again): the old version is forgotten as by :meth:`forget`
+        (its excerpts, and every summary covering it, go from every tree and cache), except
+        that the answers citing it are kept, passed on to the new version and marked
+        ``changed``, and the served tree counts it as changed, not removed (see :meth:`stats`).
+        An answer that quotes text the new version no longer has (see ``removed_text.py``)
+        is not kept: it is deleted, so the removed text is shown nowhere. Returns every
+        answer that cited it as it was before (``changed`` says which cited changed
+        material already). Raises ``ChannelError`` when either source is not in the channel."""
         channel = self._channel(key)
         for source_id in (old_id, successor_id):
             if channel.get_source(source_id) is None:
@@ -225,10 +228,11 @@ class Engine:
             return []
         # Passed on first: if this stops before the forget, the answers already point at the
         # new version, and the old one is still there to replace again.
-        answers = channel.pass_answers_on(old_id, successor_id)
-        removed = self._purge(key, old_id, successor_id)
-        log.info("channel %s: source %s replaced by %s (%d served nodes removed, %d answers marked changed)",
-                 key, old_id[:12], successor_id[:12], removed, len(answers))
+        removed = RemovedText(channel.source_text(old_id), channel.source_text(successor_id))
+        answers = channel.pass_answers_on(old_id, successor_id, lambda answer: removed.quoted_in(answer.text))
+        nodes = self._purge(key, old_id, successor_id)
+        log.info("channel %s: source %s replaced by %s (%d served nodes removed, %d answers passed on or deleted)",
+                 key, old_id[:12], successor_id[:12], nodes, len(answers))
         return answers
 
     def _purge(self, key: ChannelKey, source_id: str, successor: str = "") -> int:

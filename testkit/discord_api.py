@@ -745,6 +745,54 @@ class FakeDiscord:
         await self.dispatch("MESSAGE_UPDATE", self._as_delivered({**payload, "pinned": pinned}))
         return payload
 
+    async def delete_message(self, channel_id: str, message_id: str) -> None:
+        """Someone deletes a message: it goes (and its pin), then MESSAGE_DELETE with the fields
+        Discord sends (``id``, ``channel_id``, ``guild_id`` in a guild)."""
+        self._forget_message(channel_id, message_id)
+        await self.dispatch("MESSAGE_DELETE", {"id": message_id, "channel_id": channel_id,
+                                               **self._guild_of(channel_id)})
+
+    async def delete_messages(self, channel_id: str, message_ids: Sequence[str]) -> None:
+        """A moderator deletes several messages at once: MESSAGE_DELETE_BULK (``ids``, ``channel_id``, ``guild_id``)."""
+        for message_id in message_ids:
+            self._forget_message(channel_id, message_id)
+        await self.dispatch("MESSAGE_DELETE_BULK", {"ids": list(message_ids), "channel_id": channel_id,
+                                                    **self._guild_of(channel_id)})
+
+    async def remove_attachment(self, channel_id: str, message_id: str, attachment_id: str) -> dict[str, Any]:
+        """Its author removes one attachment from a message: MESSAGE_UPDATE with the whole
+        message as it is now (the attachments it keeps), as Discord sends it."""
+        [payload] = [m for m in self.messages.get(channel_id, []) if str(m["id"]) == str(message_id)]
+        payload["attachments"] = [a for a in payload["attachments"] if str(a["id"]) != str(attachment_id)]
+        payload["edited_timestamp"] = iso_now()
+        pinned = any(pinned_id == str(message_id) for pinned_id, _ in self.pins.get(channel_id, []))
+        await self.dispatch("MESSAGE_UPDATE", self._as_delivered({**payload, "pinned": pinned}))
+        return payload
+
+    async def delete_channel(self, channel_id: str) -> None:
+        """An admin deletes a guild channel: CHANNEL_DELETE with the channel object."""
+        channel = self.channels.pop(channel_id)
+        self.messages.pop(channel_id, None)
+        await self.dispatch("CHANNEL_DELETE", channel)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """A thread is deleted: THREAD_DELETE with ``id``, ``guild_id``, ``parent_id`` and ``type``."""
+        thread = self.channels.pop(thread_id)
+        self.messages.pop(thread_id, None)
+        await self.dispatch("THREAD_DELETE", {k: thread[k] for k in ("id", "guild_id", "parent_id", "type")})
+
+    async def remove_bot(self, guild_id: str) -> None:
+        """The bot is kicked from a guild: GUILD_DELETE without ``unavailable`` (an outage sets it)."""
+        await self.dispatch("GUILD_DELETE", {"id": guild_id})
+
+    def _forget_message(self, channel_id: str, message_id: str) -> None:
+        self.messages[channel_id] = [m for m in self.messages.get(channel_id, []) if str(m["id"]) != str(message_id)]
+        self.pins[channel_id] = [p for p in self.pins.get(channel_id, []) if p[0] != str(message_id)]
+
+    def _guild_of(self, channel_id: str) -> dict[str, Any]:
+        guild_id = self.channels.get(channel_id, {}).get("guild_id")
+        return {"guild_id": guild_id} if guild_id else {}
+
     async def start_thread(self, channel_id: str, starter: Mapping[str, Any], name: str,
                            owner: Mapping[str, Any]) -> dict[str, Any]:
         """Someone starts a thread from ``starter``: the thread, its starter message, THREAD_CREATE."""

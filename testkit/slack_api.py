@@ -829,6 +829,51 @@ class SlackStandIn:
             "ts": self.next_ts(), "event_ts": self.next_ts(),
         })
 
+    async def delete_message(self, channel: str, ts: str) -> Delivery:
+        """A person deletes a message: it goes from the workspace, and Slack sends a ``message``
+        event of subtype ``message_deleted`` (``deleted_ts`` the message's, ``previous_message``
+        as it was), as in Slack's reference of the subtype."""
+        stored = self.message(channel, ts)
+        assert stored is not None, f"no message {ts} in {channel}"
+        self.messages[channel] = [m for m in self.messages[channel] if m is not stored]
+        now = self.next_ts()
+        return await self.deliver_event({
+            "type": "message", "subtype": "message_deleted", "hidden": True, "channel": channel,
+            "ts": now, "deleted_ts": ts, "event_ts": now, "channel_type": "channel",
+            "previous_message": {k: v for k, v in stored.items() if k != "channel"},
+        })
+
+    async def delete_file(self, file_id: str, channel_ids: Sequence[str] | None = None) -> Delivery:
+        """A person deletes a file: it is no longer served, and Slack sends ``file_deleted``,
+        with only the file's id as in Slack's own example, or with ``channel_ids`` too."""
+        self.files.pop(file_id, None)
+        event: dict[str, Any] = {"type": "file_deleted", "file_id": file_id, "event_ts": self.next_ts()}
+        if channel_ids is not None:
+            event["channel_ids"] = list(channel_ids)
+        return await self.deliver_event(event)
+
+    async def channel_event(self, kind: str, channel: str, user: str, member: str = BOT_USER) -> Delivery:
+        """``user`` changes a channel: ``kind`` is ``channel_archive``/``channel_unarchive``/
+        ``channel_deleted``, ``group_*`` for a private channel, ``channel_left``/``group_left``
+        (``user`` removed the bot), or ``member_left_channel``/``member_joined_channel`` of
+        ``member`` (default: the bot), each with the fields of Slack's reference of the event."""
+        ts = self.next_ts()
+        who = user
+        events: dict[str, dict[str, Any]] = {
+            "channel_archive": {"channel": channel, "user": who, "is_moved": 0},
+            "channel_unarchive": {"channel": channel, "user": who},
+            "channel_deleted": {"channel": channel},
+            "group_archive": {"channel": channel, "is_moved": 0},
+            "group_unarchive": {"channel": channel, "actor_id": who},
+            "group_deleted": {"channel": channel, "date_deleted": int(time.time()), "actor_id": who},
+            "channel_left": {"channel": channel, "actor_id": who},
+            "group_left": {"channel": channel, "actor_id": who},
+            "member_left_channel": {"user": member, "channel": channel, "channel_type": "C", "team": self.team},
+            "member_joined_channel": {"user": member, "channel": channel, "channel_type": "C", "team": self.team,
+                                      "inviter": who},
+        }
+        return await self.deliver_event({"type": kind, **events[kind], "event_ts": ts})
+
     async def slash(self, channel: str, user: str, text: str, command: str = "/raptor") -> Delivery:
         fields = {
             "token": "legacy-verification-token", "team_id": self.team, "team_domain": "stand-in",

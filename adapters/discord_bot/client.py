@@ -14,6 +14,8 @@ the messages in :mod:`~adapters.discord_bot.render`, sending them in
 * :mod:`~adapters.discord_bot.lifecycle` — start-up, shutdown, failure reports;
 * :mod:`~adapters.discord_bot.messages` — questions, follow-ups and uploads;
 * :mod:`~adapters.discord_bot.pins` — pinned messages as sources;
+* :mod:`~adapters.discord_bot.removals` — deletions, and channels and servers the bot leaves
+  (built on the pins part: an edit reaches both);
 * :mod:`~adapters.discord_bot.interactions` — slash commands, buttons, autocomplete,
   with the command group declared in :mod:`~adapters.discord_bot.slash_command` and
   button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`.
@@ -36,7 +38,7 @@ from adapters.discord_bot.interaction_events import interaction_manager, interac
 from adapters.discord_bot.interactions import InteractionHandling
 from adapters.discord_bot.lifecycle import intents
 from adapters.discord_bot.messages import MessageHandling, place_manager
-from adapters.discord_bot.pins import PinHandling
+from adapters.discord_bot.removals import RemovalHandling
 from adapters.discord_bot.slash_command import command_group, command_name
 from bot.config import DiscordConfig
 from bot.errors import ConfigError
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 
-class DiscordClient(InteractionHandling, PinHandling, MessageHandling):
+class DiscordClient(InteractionHandling, RemovalHandling, MessageHandling):
     """The Discord client of one :class:`~bot.runtime.Assistant`; see the module docstring."""
 
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:

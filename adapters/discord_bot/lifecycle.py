@@ -67,8 +67,9 @@ def loop_block_s(config: DiscordConfig) -> float:
 
 
 def intents() -> discord.Intents:
-    """What the bot needs: guilds (channels, threads, pins updates), guild and DM messages,
-    and message content (library channels and follow-ups in threads carry no mention;
+    """What the bot needs: guilds (channels, threads, pins updates; channels and threads
+    deleted, the bot removed from a server), guild and DM messages (deleted and edited ones
+    too), and message content (library channels and follow-ups in threads carry no mention;
     Discord blanks their content without it)."""
     wanted = discord.Intents.none()
     wanted.guilds = True

@@ -47,7 +47,8 @@ THREAD_NAME_LIMIT = 100  # Discord's limit on a thread's name
 CONTEXT_MESSAGES = 10  # earlier thread messages passed as context (the handler keeps the last few)
 # Discord does not say who pinned a message, only that someone with Manage Messages did.
 PINNER = Person("discord-pins", "a pin", manages_channel=True)
-_OPEN_THREADS = (discord.ChannelType.public_thread, discord.ChannelType.news_thread)  # share their parent's tree
+# Threads that share their parent's tree (public and news); any other thread is a channel of its own.
+OPEN_THREADS = (discord.ChannelType.public_thread, discord.ChannelType.news_thread)
 
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _SPACES = re.compile(r"[ \t]+")
@@ -100,7 +101,7 @@ def is_private_thread(channel: Any) -> bool:
     """True for a thread that is not known to be public: a private thread, and any thread
     whose type is missing or new to discord.py (keeping its material apart is the safe
     mistake)."""
-    return getattr(channel, "type", None) not in _OPEN_THREADS
+    return getattr(channel, "type", None) not in OPEN_THREADS
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,9 @@
   retries: the bot's delivery ledger (``Assistant.first_delivery``, shared by the
   replicas) remembers ``slack:event:<event_id>``. A shared file, which arrives as two
   events (its message and ``file_shared``), is taken once by ``slack:file:<channel>:<file id>``;
+* deletions (a file, a message) and channels archived, deleted or left by the bot, and
+  their reverse, are read by :mod:`adapters.slack.removals` and handed to the bot's
+  ``handler.follow``: nobody is answered;
 * :meth:`SlackHandling.courier` posts replies to a channel without an event (a rebuild's
   progress and result that a worker process produced), as :class:`~adapters.slack.outbox.Outbox`
   posts every reply;
@@ -51,7 +54,7 @@ from typing import Any
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import interaction_flows, question_flows, source_flows, translate
+from adapters.slack import interaction_flows, question_flows, removals, source_flows, translate
 from adapters.slack.core import HandlingCore
 from adapters.slack.outbox import Target
 from adapters.slack.translate import (
@@ -195,7 +198,16 @@ class SlackHandling(HandlingCore):
     # -- events ------------------------------------------------------------------------
 
     async def _event(self, body: Mapping[str, Any]) -> None:
-        """An Events API payload, classified once, then taken by its flow."""
+        """An Events API payload, classified once, then taken by its flow; a deletion or a
+        channel change (:mod:`adapters.slack.removals`) is handed to the bot to follow."""
+        change = removals.platform_change(body, self.identity)
+        if change is not None:
+            log.info("event %s: %s followed", body.get("event_id"), type(change).__name__)
+            await self.bot.handler.follow(change)
+            reply = removals.deleted_reply(body, self.identity)
+            if reply is not None:
+                await source_flows.reply_deleted(self, reply)
+            return
         arrival = translate.classify_event(body, self.identity)
         if isinstance(arrival, Ignored):
             log.debug("event %s ignored: %s", body.get("event_id"), arrival.reason)

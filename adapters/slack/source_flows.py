@@ -6,8 +6,8 @@ replicas, and is taken in once (``slack:file:<channel>:<file id>`` in the bot's 
 ledger); a download that fails is reported to the person under a reference. A pinned
 message becomes a source with its permalink, a pinned thread's root with its replies. An
 edited message is handed over for its source, if it is one, to take the new text; an
-edited reply, and any new reply (:func:`thread_grew`), reaches its thread's pinned source
-quietly. Notes go in a thread under the message, so the channel stays quiet.
+edited reply, any new reply (:func:`thread_grew`) and a deleted one (:func:`reply_deleted`)
+reach their thread's pinned source quietly. Notes go in a thread under the message, so the channel stays quiet.
 """
 
 from __future__ import annotations
@@ -44,6 +44,19 @@ async def thread_grew(core: HandlingCore, reply: Origin, messages: list[dict[str
         pinned = Pinned(origin, text=text, author=author, edited=True)
         grown = replace(translate.pin(pinned, person, text, "", label, thread_replies), grew=True)
         await core.handle(grown, target)
+
+
+async def reply_deleted(core: HandlingCore, reply: Origin) -> None:
+    """A reply of a thread was deleted: if the thread's root is a pinned source, the source
+    takes the thread as it is now, without it (see :func:`thread_grew`)."""
+    try:
+        messages = await slack_web.thread_messages(core.client, reply.channel, reply.thread_ts)
+    except slack_web.TRANSPORT_ERRORS as exc:
+        log.warning("reading thread %s in %s after a deleted reply failed (%s): its source, if pinned, "
+                    "keeps the reply until the thread changes again", reply.thread_ts, reply.channel,
+                    slack_web.error_code(exc))
+        return
+    await thread_grew(core, reply, messages)
 
 
 async def files_shared(core: HandlingCore, origin: Origin, files: tuple[SlackFile, ...]) -> None:

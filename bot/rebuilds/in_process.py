@@ -34,6 +34,7 @@ from bot.rebuilds.report import rebuild_and_report
 from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
+from bot.retention import ChannelRetention
 from raptor_engine import ChannelKey, RaptorError
 
 log = logging.getLogger(__name__)
@@ -91,20 +92,21 @@ class RebuildScheduler:
         self._metrics = metrics
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}
-        self._checks = ChannelChecks(config, self.check)
+        self._checks = ChannelChecks(config, self.check, ChannelRetention(engine, config))
 
     # -- life cycle ------------------------------------------------------------
 
     async def start(self) -> None:
         """Starts the APScheduler on the running loop, adds a job for every known channel
-        (engine.channels()), and resumes rebuilds requested before a restart (a note
+        (engine.channels()) the bot still serves, with the pass forgetting removed ones
+        (see :mod:`~bot.rebuilds.schedule`), and resumes rebuilds requested before a restart (a note
         'rebuild_requested' left in the store) of the channels whose schedule is enabled here:
         a replica without the schedule leaves them to the process that has it, so they resume
         in one process only. Raises ``RuntimeError`` if already started, ``StoreError`` if the
         store cannot list its channels."""
         if self._checks.started:
             raise RuntimeError("the rebuild scheduler is already started")
-        keys = await self._engine.channels()
+        keys = await self._checks.served(await self._engine.channels())
         self._checks.start(keys)
         for key in keys:
             await self._resume(key)
@@ -133,6 +135,11 @@ class RebuildScheduler:
         """Makes sure the channel has a scheduled job (called when a channel gets its first source).
         Before :meth:`start`, the job is added when the scheduler starts."""
         self._checks.watch(key)
+
+    def unwatch(self, key: ChannelKey) -> None:
+        """Removes the channel's scheduled job (the bot can no longer serve it); a rebuild
+        running or requested still ends as it would."""
+        self._checks.unwatch(key)
 
     # -- requests ----------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.requests import RebuildRequests, Requester
 from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
+from bot.retention import ChannelRetention
 from raptor_engine import ChannelKey, channel_digest
 
 log = logging.getLogger(__name__)
@@ -57,16 +58,17 @@ class QueuedRebuilds:
         self._requests = RebuildRequests(link, RecordSigner(coordination.secret.get_secret_value()))
         self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
         self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
-        self._checks = ChannelChecks(config, self.check, aligned=True)
+        self._checks = ChannelChecks(config, self.check, ChannelRetention(engine, config), aligned=True)
 
     # -- life cycle ------------------------------------------------------------
 
     async def start(self) -> None:
-        """Schedules every known channel's checks and the sweep. Raises ``RuntimeError`` if
+        """Schedules the checks of every known channel the bot still serves, the pass forgetting
+        removed ones (see :mod:`~bot.rebuilds.schedule`), and the sweep. Raises ``RuntimeError`` if
         started already, ``StoreError`` if the store cannot list its channels."""
         if self._checks.started:
             raise RuntimeError("the rebuild service is already started")
-        scheduler = self._checks.start(await self._engine.channels())
+        scheduler = self._checks.start(await self._checks.served(await self._engine.channels()))
         scheduler.add_job(self.sweep, IntervalTrigger(seconds=self._coordination.sweep_every_s),
                           id=SWEEP_JOB, coalesce=True, max_instances=1, next_run_time=datetime.now())
 
@@ -85,6 +87,11 @@ class QueuedRebuilds:
     def watch(self, key: ChannelKey) -> None:
         """Makes sure the channel's checks are scheduled (it got its first source)."""
         self._checks.watch(key)
+
+    def unwatch(self, key: ChannelKey) -> None:
+        """Stops scheduling the channel's checks here (the bot can no longer serve it); each
+        replica hears of it through its own event or, after a restart, from the store."""
+        self._checks.unwatch(key)
 
     # -- requests ----------------------------------------------------------------
 

@@ -4,6 +4,12 @@
 enabled (its own where configured, else the bot's): every interval, or on a cron line,
 the job calls the service's check. The check asks :func:`changed_since_served`: a rebuild
 is only worth it when the channel's sources changed since its served tree.
+
+A channel the bot can no longer serve (archived, deleted, the bot removed) is unwatched, and
+one marked so in the store (:class:`~bot.retention.ChannelRetention`) gets no job after a
+restart either (:meth:`ChannelChecks.served`). The periodic pass of the schedule, at start
+and every :data:`RETENTION_PASS_S`, forgets the material of those whose time has come
+(:meth:`~bot.retention.ChannelRetention.sweep`).
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
+from bot.retention import NOTE, ChannelRetention
 from raptor_engine import ChannelKey, RaptorError, TreeStats
 
 log = logging.getLogger(__name__)
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # aligned intervals count from here
+RETENTION_PASS_S = 3600.0  # how often removed channels are looked at for material to forget
+RETENTION_JOB = "retention-pass"
 MISFIRE_GRACE_S = 600  # a check delayed this long (busy loop, suspended host) still runs; coalesce merges the rest
 
 Check = Callable[[ChannelKey], Awaitable[bool]]
@@ -40,9 +49,10 @@ class ChannelChecks:
     every method is called from the event loop it was started on.
     """
 
-    def __init__(self, config: BotConfig, check: Check, aligned: bool = False) -> None:
+    def __init__(self, config: BotConfig, check: Check, retention: ChannelRetention, aligned: bool = False) -> None:
         self._config = config
         self._check = check
+        self._retention = retention
         self._aligned = aligned
         self._watched: set[ChannelKey] = set()  # channels to give a job, also those watched before start()
         self._scheduler: AsyncIOScheduler | None = None
@@ -58,7 +68,15 @@ class ChannelChecks:
         self._watched.update(keys)
         for key in sorted(self._watched, key=str):
             self._add_job(key)
+        self._scheduler.add_job(self._retention.sweep, IntervalTrigger(seconds=RETENTION_PASS_S), id=RETENTION_JOB,
+                                coalesce=True, max_instances=1, next_run_time=datetime.now(UTC))
         return self._scheduler
+
+    async def served(self, keys: Iterable[ChannelKey]) -> list[ChannelKey]:
+        """Those of ``keys`` the bot still serves: not marked to be forgotten (see the module docstring)."""
+        keys = list(keys)
+        gone = await self._retention.pending(keys)
+        return [key for key in keys if key not in gone]
 
     async def stop(self) -> None:
         """Shuts the APScheduler down; no check starts after this returns."""
@@ -77,6 +95,12 @@ class ChannelChecks:
         self._watched.add(key)
         if self._scheduler is not None and self._scheduler.get_job(_job_id(key)) is None:
             self._add_job(key)
+
+    def unwatch(self, key: ChannelKey) -> None:
+        """Removes the channel's job: the bot can no longer serve it."""
+        self._watched.discard(key)
+        if self._scheduler is not None and self._scheduler.get_job(_job_id(key)) is not None:
+            self._scheduler.remove_job(_job_id(key))
 
     def job(self, key: ChannelKey) -> Job | None:
         """The channel's APScheduler job, None if it has none or the checks are not started."""
@@ -107,15 +131,20 @@ class ChannelChecks:
 
 
 async def changed_since_served(engine: AsyncEngine, key: ChannelKey) -> bool:
-    """A scheduled check's question: did the channel's sources change since its served tree?
-    A store failure is logged and answers no: the next check asks again."""
+    """A scheduled check's question: did the channel's sources change since its served tree,
+    and does the bot still serve it? (A replica that did not handle the event saying a channel
+    is gone still has its job: the pending forget in the store tells it.) A store failure is
+    logged and answers no: the next check asks again."""
     try:
         stats = await engine.stats(key)
+        if not sources_changed(stats):
+            log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
+            return False
+        if NOTE in await engine.notes(key):
+            log.info("channel %s: scheduled check: the channel is gone, no rebuild", key)
+            return False
     except RaptorError as exc:
         log.warning("channel %s: scheduled check failed: %s", key, exc)
-        return False
-    if not sources_changed(stats):
-        log.debug("channel %s: scheduled check: no change since v%d", key, stats.version)
         return False
     return True
 

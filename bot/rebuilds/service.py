@@ -45,6 +45,10 @@ class RebuildService(Protocol):
         """Makes sure the channel's rebuild checks are scheduled."""
         ...
 
+    def unwatch(self, key: ChannelKey) -> None:
+        """Stops scheduling the channel's rebuild checks (the bot can no longer serve it)."""
+        ...
+
     async def request(self, key: ChannelKey, requested_by: str, send: Send,
                       address: ReplyAddress | None = None) -> RequestResult:
         """A manual rebuild. ``send`` hears what happens now (queued, waiting); progress and the

@@ -6,7 +6,8 @@ found and whether it cites material that changed after it was given (``changed``
 was given in and when it was kept (``kept_ns``) in its metadata, and the ids of the sources it
 cites under ``sources`` (left out when none: Chroma refuses empty lists).
 Answers quote their sources, so forgetting a source deletes the answers citing it; a source
-replaced by a new version passes its answers on to it (:meth:`Answers.pass_on`). Only the
+replaced by a new version passes its answers on to it (:meth:`Answers.pass_on`), but for those
+quoting text the new version no longer has, which go. Only the
 newest are kept (:meth:`Answers.prune`).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -80,14 +82,21 @@ class Answers:
         records = [_answer_from(i, m) for i, m in zip(got["ids"], got["metadatas"])]
         return sorted(records, key=lambda r: (r.answered_at, r.answer_id))
 
-    def pass_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
+    def pass_on(self, source_id: str, successor: str,
+                quoting: Callable[[AnswerRecord], bool] = lambda _: False) -> list[AnswerRecord]:
         """The answers citing ``source_id`` made to cite ``successor`` instead and marked
-        ``changed``; returns them as they were before (``changed`` says which were marked already)."""
+        ``changed``, except those ``quoting`` says quote what the successor no longer says:
+        those are deleted first. Returns every one of them as it was before (``changed`` says
+        which were marked already)."""
         with translated("passing answers on to a new version of their source"):
             answers = self._answers()
             got = answers.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
             records = [_answer_from(i, m) for i, m in zip(got["ids"], got["metadatas"])]
-            updated = [replace(r, source_ids=_swapped(r.source_ids, source_id, successor), changed=True) for r in records]
+            doomed = [r.answer_id for r in records if quoting(r)]
+            for start, end in self._at.batches(len(doomed)):
+                answers.delete(ids=doomed[start:end])
+            updated = [replace(r, source_ids=_swapped(r.source_ids, source_id, successor), changed=True)
+                       for r in records if r.answer_id not in doomed]
             for start, end in self._at.batches(len(updated)):
                 answers.update(ids=[r.answer_id for r in updated[start:end]],
                                metadatas=[{"sources": list(r.source_ids), "changed": True} for r in updated[start:end]])

@@ -10,7 +10,7 @@ share one :class:`ChannelCollections` (client and collection names), and the tre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,12 +127,14 @@ class ChannelStore:
         """Keeps an answer with its question (replacing one with the same id)."""
         self._answers.put(record)
 
-    def pass_answers_on(self, source_id: str, successor: str) -> list[AnswerRecord]:
+    def pass_answers_on(self, source_id: str, successor: str,
+                        quoting: Callable[[AnswerRecord], bool] = lambda _: False) -> list[AnswerRecord]:
         """Makes the answers citing ``source_id`` cite ``successor`` (its new version) instead,
-        marked as citing material that changed after they were given; returns them as they
+        marked as citing material that changed after they were given; those ``quoting`` says
+        quote what the successor no longer says are deleted instead. Returns them all as they
         were before (``changed`` says which were marked already). Forgetting the successor
         later removes them as it would its own answers."""
-        return self._answers.pass_on(source_id, successor)
+        return self._answers.pass_on(source_id, successor, quoting)
 
     def prune_answers(self, keep: int) -> int:
         """Deletes the oldest kept answers beyond the newest ``keep``; returns how many went."""

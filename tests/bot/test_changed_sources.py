@@ -4,8 +4,9 @@ Real components throughout (the engine on embedded Chroma, the real scheduler, t
 handler), as in ``test_handler.py``, whose session helpers these tests use. What they
 pin down: an edit is ONE changed source in ``status`` however often it is edited; the
 answers that cited the earlier text are kept, say so in one line where they are shown
-again, and still go when the source is unpinned; a file uploaded again under the same
-name replaces the earlier one only when the configuration says so.
+again, and still go when the source is unpinned, unless they quote text the edit removed:
+those go at once; a file uploaded again under the same name replaces the earlier one only
+when the configuration says so.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def test_an_edited_pin_is_one_changed_source_and_its_answers_say_so(
         assert CHANGED not in before.text  # nothing it cites has changed yet
 
         told_before = len(s.sent)
-        await s.do(Pin(channel, GUEST, NOTE.replace("Fridays", "Thursdays"), "m1", author="Ana", edited=True))
+        # Edits that add to the note: the answer quotes nothing they removed, so it is kept.
+        await s.do(Pin(channel, GUEST, f"{NOTE} Exceptions need Ana's approval.", "m1", author="Ana", edited=True))
         updated, notice = s.sent[told_before:]
         assert "1 answer given before cited the earlier text" in updated.text, updated.text
         assert not updated.thread  # where the edit happened
@@ -54,7 +56,7 @@ def test_an_edited_pin_is_one_changed_source_and_its_answers_say_so(
         status = (await s.do(s.command(GUEST, "status"))).text
         assert status_line(status).startswith("1 source changed since it was built (edited or replaced);"), status
         told_before = len(s.sent)
-        await s.do(Pin(channel, GUEST, NOTE.replace("Fridays", "Wednesdays"), "m1", author="Ana", edited=True))
+        await s.do(Pin(channel, GUEST, f"{NOTE} Exceptions need Ben's approval.", "m1", author="Ana", edited=True))
         assert [r.thread for r in s.sent[told_before:]] == [""]  # the answer's thread was told already
         status = (await s.do(s.command(GUEST, "status"))).text
         assert status_line(status).startswith("1 source changed since it was built (edited or replaced);"), status
@@ -71,6 +73,9 @@ def test_an_edited_pin_is_one_changed_source_and_its_answers_say_so(
         assert f"“{question}”" in report.text and CHANGED in report.text
         assert '"changed": true' in "".join(question_set([kept]))
 
+        # An edit that removes what the answer quotes ("Fridays"): the answer goes with the old text.
+        await s.do(Pin(channel, GUEST, NOTE.replace("Fridays", "Wednesdays"), "m1", author="Ana", edited=True))
+        assert [a.answer_id for a in engine.answers(channel)] == []
         fresh = await s.do(Question(channel, GUEST, question))
         assert "Wednesdays" in fresh.text and "Fridays" not in fresh.text  # what the bot knows changed
         assert not next(a for a in engine.answers(channel) if a.answer_id == fresh.answer_id).changed
@@ -112,8 +117,8 @@ def test_a_file_uploaded_again_replaces_it_when_configured(engine: Engine, chann
         assert source.file_name == "policy.md"
         again = await s.do(Question(channel, GUEST, question))
         assert "tenth" in again.text and "fifth" not in again.text
-        (old,) = [a for a in engine.answers(channel) if a.answer_id == first.answer_id]
-        assert old.changed
+        # The first answer quoted the "fifth" the new version no longer says: it went with it.
+        assert [a.answer_id for a in engine.answers(channel)] == [again.answer_id]
 
         other = await s.do(Upload(channel, GUEST, "travel.md", b"# Travel\n\nBook trains, not planes, under 600 km.\n"))
         assert other.text.startswith("Added “Travel”")

@@ -19,7 +19,7 @@ from typing import Any
 
 from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
-from bot.config import BotConfig, Config, DiscordConfig
+from bot.config import BotConfig, Config, DiscordConfig, RetentionConfig
 from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
@@ -104,9 +104,11 @@ def make_world_fake() -> tuple[FakeDiscord, dict[str, Any], dict[str, Any], dict
 
 
 @asynccontextmanager
-async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, **discord: Any) -> AsyncIterator[World]:
+async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, retention_days: float = 7.0,
+                        **discord: Any) -> AsyncIterator[World]:
     """A started world. ``restrict`` limits the bot to Test Guild and its general and library
-    channels; ``discord`` overrides other ``DiscordConfig`` keys (e.g. ``reply_in_thread``)."""
+    channels; ``retention_days`` is ``bot.retention.removed_channel_days``; ``discord`` overrides
+    other ``DiscordConfig`` keys (e.g. ``reply_in_thread``)."""
     fake, guild, other, people = make_world_fake()
     await fake.start()
     library = fake.channel_id(guild, "library")
@@ -120,7 +122,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
     if restrict:
         settings["guilds"] = [guild["id"]]
         settings["channels"] = [fake.channel_id(guild, "general"), library]
-    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID]))
+    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID], retention=RetentionConfig(removed_channel_days=retention_days)))
     bot = Assistant(config, AsyncEngine(engine))
     await bot.start(warm_up=False)
     clients: list[DiscordClient] = []
