@@ -2,9 +2,9 @@
 
 Contracts (a part of :class:`bot.handler.ChatHandler`):
 
-- Questions are limited per person and minute (``bot.rate_limits``, with a channel's own
-  keys from ``bot.channels[...].rate_limits`` in their place), a refusal saying when to
-  try again.
+- Questions are limited per person and minute, counted across every channel of the
+  person's workspace (``bot.rate_limits``; the channel asked in may set its own
+  ``bot.channels[...].rate_limits``), a refusal saying when to try again.
 - A question in a channel that holds no source (the engine's ``NoMaterial``: nothing was
   searched) is no failure: it gets the INFO reply ``replies.NO_MATERIAL`` (what to add),
   streamed or not, is logged at INFO and counted as the question outcome ``no_material``,
@@ -36,6 +36,7 @@ from bot.coordination.shared_limits import Limiter
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Command, DraftingSend, Question, Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
+from bot.rate_limits import person_in_workspace
 from bot.streaming import DraftPacer
 from raptor_engine import Answer, AnswerStream, ChannelKey, NoMaterial, RaptorError
 
@@ -90,7 +91,7 @@ class QuestionHandling:
             return "refused"
         key = event.channel
         limit = self._config.bot.rate_limits_for(str(key)).questions_per_user_per_minute
-        wait = await self._limiter.try_acquire((key, event.person.id), limit=limit)
+        wait = await self._limiter.try_acquire(person_in_workspace(key, event.person.id), limit=limit)
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.question_limit_text(limit, wait), private=True, thread=event.thread))
             return "refused"

@@ -3,7 +3,7 @@
 Contracts (a part of :class:`bot.handler.ChatHandler`):
 
 - Ingestion is bounded before any loading or embedding: files and pins per person and
-  hour, their bytes per channel and day (a duplicate, or anything that stores nothing,
+  hour (counted across every channel of the person's workspace), their bytes per channel and day (a duplicate, or anything that stores nothing,
   gives its bytes back), and optional caps on a channel's number of sources and stored
   text (``bot.limits``). The caps are read from the store just before ingesting, so two
   uploads at the same moment may pass a cap by one source. A refusal says which limit.
@@ -37,6 +37,7 @@ from bot.ingestion import (
     update_pin,
 )
 from bot.neutral import Person, Pin, Reply, ReplyKind, Send, Unpin, Upload
+from bot.rate_limits import person_in_workspace
 from raptor_engine import ChannelKey
 
 if TYPE_CHECKING:
@@ -137,9 +138,8 @@ class SourceHandling:
             if max_stored and held + size > max_stored:
                 return Reply(ReplyKind.ERROR, replies.stored_cap_text(name, size, held, max_stored))
         limits = self._config.bot.rate_limits_for(str(key))
-        mine = (key, person.id)
-        # The channel's admins are trusted with many uploads (a Discord pin, made by a Manage Messages
-        # holder, arrives with no person at all); the channel's byte budget still holds for them.
+        mine = person_in_workspace(key, person.id)
+        # The channel's admins are trusted with many uploads; the channel's byte budget still holds for them.
         per_person = 0 if commands.may_manage(person, key, self._config.bot) else limits.uploads_per_user_per_hour
         wait = await self._per_person.try_acquire(mine, limit=per_person)
         if wait > 0:

@@ -104,9 +104,11 @@ def make_world_fake() -> tuple[FakeDiscord, dict[str, Any], dict[str, Any], dict
 
 
 @asynccontextmanager
-async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, **discord: Any) -> AsyncIterator[World]:
+async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False,
+                        bot_settings: dict[str, Any] | None = None, **discord: Any) -> AsyncIterator[World]:
     """A started world. ``restrict`` limits the bot to Test Guild and its general and library
-    channels; ``discord`` overrides other ``DiscordConfig`` keys (e.g. ``reply_in_thread``)."""
+    channels; ``bot_settings`` sets ``BotConfig`` keys besides ``admins``; ``discord`` overrides
+    other ``DiscordConfig`` keys (e.g. ``reply_in_thread``)."""
     fake, guild, other, people = make_world_fake()
     await fake.start()
     library = fake.channel_id(guild, "library")
@@ -120,7 +122,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
     if restrict:
         settings["guilds"] = [guild["id"]]
         settings["channels"] = [fake.channel_id(guild, "general"), library]
-    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID]))
+    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig.model_validate({"admins": [ADMIN_ID], **(bot_settings or {})}))
     bot = Assistant(config, AsyncEngine(engine))
     await bot.start(warm_up=False)
     clients: list[DiscordClient] = []
