@@ -46,3 +46,21 @@ def test_a_pin_is_no_admin_action_and_counts_against_the_uploads_allowance(engin
         assert world.engine.sources(world.key("library")) == []
 
     run_world(engine, tmp_path, body, bot_settings={"rate_limits": {"uploads_per_user_per_hour": 1}})
+
+
+def test_an_edit_that_rewrites_a_pinned_source_counts_against_its_editor(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake, general, alice = world.fake, world.channel("general"), world.alice
+        note = await fake.post(general, alice["user"], NOTE, alice)
+        await fake.pin(general, note["id"])  # the guild's pin allowance, not Alice's
+        await world.bot_posts(general, 1)
+        await fake.edit(general, note["id"], NOTE.replace("Fridays", "Thursdays"))  # Alice's one for the hour
+        (_, updated) = await world.bot_posts(general, 2)
+        assert updated["content"].startswith("Updated"), updated
+        await fake.edit(general, note["id"], NOTE.replace("Fridays", "Mondays"))
+        (_, _, refused) = await world.bot_posts(general, 3)
+        assert "you have added 1 file or pin in the last hour" in refused["content"], refused
+        (source,) = world.engine.sources(world.key("general"))
+        assert "Thursdays" in source.title  # the refused edit changed nothing
+
+    run_world(engine, tmp_path, body, bot_settings={"rate_limits": {"uploads_per_user_per_hour": 1}})
