@@ -185,6 +185,20 @@ class RateLimitConfig(_Section):
     upload_mb_per_channel_per_day: float = Field(default=100.0, ge=0, le=1_000_000)
 
 
+class ModelBudgetConfig(_Section):
+    """A ceiling on a workspace's language-model use per UTC day (answers and rebuilds
+    together); 0 = no ceiling, the default: what a day of model use may cost differs by
+    orders of magnitude between deployments, and the per-person and per-rebuild limits
+    already stop a runaway."""
+
+    calls_per_workspace_per_day: int = Field(default=0, ge=0, le=100_000_000)
+    tokens_per_workspace_per_day: int = Field(default=0, ge=0, le=100_000_000_000)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.calls_per_workspace_per_day or self.tokens_per_workspace_per_day)
+
+
 class LimitsConfig(_Section):
     """Caps on what one channel holds, checked before a source is added; 0 = no cap.
     Stored size counts the characters of the sources' text. ``kept_answers_per_channel``:
@@ -211,6 +225,7 @@ class BotConfig(_Section):
     rate_limits: RateLimitConfig = RateLimitConfig()
     limits: LimitsConfig = LimitsConfig()
     retention: RetentionConfig = RetentionConfig()
+    model_budget: ModelBudgetConfig = ModelBudgetConfig()
 
     @model_validator(mode="after")
     def _channel_keys_have_three_parts(self) -> BotConfig:
@@ -267,6 +282,9 @@ class SlackConfig(_Section):
     # called, and a socket on which Slack has sent nothing (not even its own pings) for this long
     # is replaced; 0 = off. Keep it above Slack's ping spacing (bolt-js waits 30 s for one).
     socket_watchdog_s: float = Field(default=60.0, ge=0, le=3600)
+    # Channels shared with other organisations (Slack Connect): "refuse" answers no question
+    # there (one line says why) and stores nothing from them; "allow" serves them like any other.
+    shared_channels: Literal["refuse", "allow"] = "refuse"
 
     @property
     def enabled(self) -> bool:

@@ -13,6 +13,7 @@ from bot.coordination.reply_stream import ReplyReader
 from bot.coordination.shared_limits import LimiterFactory, shared_limiters
 from bot.coordination.signing import RecordSigner
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import SharedSpending
 from bot.neutral import Courier
 from bot.rebuilds.queued import QueuedRebuilds
 from bot.rebuilds.requests import RebuildRequests
@@ -20,7 +21,8 @@ from bot.rebuilds.requests import RebuildRequests
 
 @dataclass(frozen=True, slots=True)
 class FrontEnd:
-    """The shared pieces of a front-end: event de-duplication, rate limits, queued rebuilds,
+    """The shared pieces of a front-end: event de-duplication, rate limits, the workspaces'
+    daily model spending, queued rebuilds,
     and the reader posting workers' replies (those signed with ``signer``'s secret, to where
     someone asked)."""
 
@@ -28,6 +30,7 @@ class FrontEnd:
     deliveries: SharedLedger
     rebuilds: QueuedRebuilds
     limiters: LimiterFactory
+    spending: SharedSpending
     signer: RecordSigner
 
     def reader(self, couriers: Mapping[str, Courier]) -> ReplyReader:
@@ -45,5 +48,6 @@ def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
         deliveries=SharedLedger(link, config.coordination.event_ttl_s),
         rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
         limiters=shared_limiters(link),
+        spending=SharedSpending(link),
         signer=RecordSigner(config.coordination.secret.get_secret_value()),
     )

@@ -19,6 +19,11 @@ Each part's module states its own contracts. Those of the whole:
 
 - Every blocking engine call runs in a worker thread (through ``bot.engine_calls``),
   so questions are answered while a rebuild runs.
+- A channel shared with other organisations (the adapter says so: Slack Connect) is served
+  only with ``slack.shared_channels: allow``. Otherwise nothing from it reaches the engine or
+  the limits: a question or command gets the one line :data:`bot.replies.SHARED_CHANNEL`,
+  anything else (files, pins, edits, votes) is dropped with a log line, so nothing said
+  there is stored.
 - It never fails silently. Errors written for people (``RaptorError``,
   ``BotError``) become an ERROR reply carrying their message. Anything else is
   logged with ``log.exception`` and a short reference id, and becomes an ERROR
@@ -41,6 +46,7 @@ from bot.deletions import DeletionHandling
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure
 from bot.feedback_handling import FeedbackHandling
+from bot.model_budget import LocalSpending, ModelBudget
 from bot.neutral import (
     ChannelBack,
     ChannelGone,
@@ -84,14 +90,18 @@ class ChatHandler:
         clock: Callable[[], float] = time.monotonic,
         limiters: LimiterFactory | None = None,
         metrics: Metrics | None = None,
+        budget: ModelBudget | None = None,
     ) -> None:
-        """``limiters`` makes the rate limiters (default: counted in this process; with several
-        replicas, counted in Redis). ``clock`` is for local limiters only (tests pass their own)."""
+        """``limiters`` makes the rate limiters and ``budget`` keeps the workspaces' daily model
+        budget (default: counted in this process; with several replicas, counted in Redis).
+        ``clock`` is for local limiters only (tests pass their own)."""
         self._engine = engine
+        self._refuses_shared_channels = config.slack.shared_channels == "refuse"
         self.metrics = metrics or Metrics()
         # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
         make = limiters or local_limiters(clock)
-        self._questions = QuestionHandling(self._engine, config, make("questions", 60.0), self.metrics,
+        budget = budget or ModelBudget(config.bot.model_budget, LocalSpending())
+        self._questions = QuestionHandling(self._engine, config, make("questions", 60.0), budget, self.metrics,
                                            self._failure_reply, _send_error)
         self._commands = CommandHandling(self._engine, config, scheduler, make("rebuilds", HOUR_S), self._questions)
         self._sources = SourceHandling(self._engine, config, scheduler, make("uploads", HOUR_S),
@@ -99,12 +109,16 @@ class ChatHandler:
         self._feedback = FeedbackHandling(self._engine, config, scheduler)
         self._deletions = DeletionHandling(self._engine, config, scheduler)
 
-    async def handle(self, event: Event, send: Send) -> None:
+    async def handle(self, event: Event, send: Send, shared_externally: bool = False) -> None:
         """Handles one event, replying through ``send``; never raises for a failure of the
-        event itself (see the module docstring). Cancellation passes through."""
+        event itself (see the module docstring). ``shared_externally``: the event's channel
+        is shared with other organisations. Cancellation passes through."""
         try:
             with channel_context(str(event.channel)):  # every log line of this event names its channel
-                await self._dispatch(event, send)
+                if shared_externally and self._refuses_shared_channels:
+                    await self._refuse_shared(event, send)
+                else:
+                    await self._dispatch(event, send)
         except Exception as exc:
             await _send_error(send, self._failure_reply(event, exc))
 
@@ -125,6 +139,15 @@ class ChatHandler:
         except Exception:
             self.metrics.count_error("unexpected")
             log_failure(log, "following %s failed (reference %s)", type(change).__name__)
+
+    async def _refuse_shared(self, event: Event, send: Send) -> None:
+        """An event from a channel shared with other organisations, refused: questions and
+        commands are told why in one line (privately for a command); the rest is dropped."""
+        log.info("%s in a channel shared with other organisations: refused (slack.shared_channels)",
+                 type(event).__name__)
+        if isinstance(event, (Question, Command)):
+            await send(Reply(ReplyKind.INFO, replies.SHARED_CHANNEL, private=isinstance(event, Command),
+                             thread=event.thread))
 
     def _failure_reply(self, event: Event, exc: Exception) -> Reply:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.

@@ -2,9 +2,12 @@
 
 Contracts (a part of :class:`bot.handler.ChatHandler`):
 
-- Questions are limited per person and minute (``bot.rate_limits``, with a channel's own
-  keys from ``bot.channels[...].rate_limits`` in their place), a refusal saying when to
-  try again.
+- A workspace that used up its daily model budget (``bot.model_budget``) gets no answer
+  until UTC midnight, and is told so; what each answer's model calls cost is counted
+  against it (:class:`bot.model_budget.ModelBudget`), streamed or not, failed or not.
+- Questions are limited per person and minute, counted across every channel of the
+  person's workspace (``bot.rate_limits``; the channel asked in may set its own
+  ``bot.channels[...].rate_limits``), a refusal saying when to try again.
 - A question in a channel that holds no source (the engine's ``NoMaterial``: nothing was
   searched) is no failure: it gets the INFO reply ``replies.NO_MATERIAL`` (what to add),
   streamed or not, is logged at INFO and counted as the question outcome ``no_material``,
@@ -34,10 +37,12 @@ from bot import replies
 from bot.config import Config
 from bot.coordination.shared_limits import Limiter
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import ModelBudget
 from bot.neutral import Command, DraftingSend, Question, Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
+from bot.rate_limits import person_in_workspace
 from bot.streaming import DraftPacer
-from raptor_engine import Answer, AnswerStream, ChannelKey, NoMaterial, RaptorError
+from raptor_engine import Answer, AnswerStream, ChannelKey, NoMaterial, RaptorError, metered
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +66,14 @@ def retrieval_query(question: Question) -> str:
 
 class QuestionHandling:
     """Answers questions with citations; see the module docstring. ``limiter`` counts the
-    questions per person and minute."""
+    questions per person and minute, ``budget`` the workspace's model use per day."""
 
-    def __init__(self, engine: AsyncEngine, config: Config, limiter: Limiter, metrics: Metrics,
+    def __init__(self, engine: AsyncEngine, config: Config, limiter: Limiter, budget: ModelBudget, metrics: Metrics,
                  failure_reply: FailureReply, send_error: ErrorSend) -> None:
         self._engine = engine
         self._config = config
         self._limiter = limiter
+        self._budget = budget
         self._metrics = metrics
         self._failure_reply = failure_reply
         self._send_error = send_error
@@ -89,21 +95,30 @@ class QuestionHandling:
             await send(Reply(ReplyKind.INFO, replies.EMPTY_QUESTION, thread=event.thread))
             return "refused"
         key = event.channel
+        spent = await self._budget.reached(key)
+        if spent:
+            log.info("channel %s: a question refused: the workspace used up its daily model %s", key, spent)
+            await send(Reply(ReplyKind.INFO, self._budget.refusal(spent), thread=event.thread))
+            return "refused"
         limit = self._config.bot.rate_limits_for(str(key)).questions_per_user_per_minute
-        wait = await self._limiter.try_acquire((key, event.person.id), limit=limit)
+        wait = await self._limiter.try_acquire(person_in_workspace(key, event.person.id), limit=limit)
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.question_limit_text(limit, wait), private=True, thread=event.thread))
             return "refused"
         context = event.context if isinstance(event, Question) else ()
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
-        if isinstance(send, DraftingSend) and self._engine.streams_answers:
-            return await self._streamed_answer(event, text, query, send)
-        try:
-            answer = await self._engine.answer(key, query)
-        except NoMaterial:
-            await send(self._no_material(event))
-            return "no_material"
-        return await self._reply_with(event, text, answer, send)
+        with metered() as meter:  # what the answer's model calls cost, wherever they run
+            try:
+                if isinstance(send, DraftingSend) and self._engine.streams_answers:
+                    return await self._streamed_answer(event, text, query, send)
+                try:
+                    answer = await self._engine.answer(key, query)
+                except NoMaterial:
+                    await send(self._no_material(event))
+                    return "no_material"
+                return await self._reply_with(event, text, answer, send)
+            finally:
+                await self._budget.record(key, meter.usage())
 
     def _no_material(self, event: Question | Command) -> Reply:
         """The INFO reply to a question asked of a channel that holds no source (the engine's

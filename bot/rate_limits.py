@@ -1,5 +1,9 @@
 """Sliding-window rate limits: questions and uploads per person, rebuilds and upload bytes per channel.
 
+A person's limits hold across the channels of a workspace: they are counted under
+:func:`person_in_workspace` (platform, workspace, person), so asking or uploading in
+another channel of the same workspace does not start a fresh allowance.
+
 A limiter counts amounts within the last window, per key: one per event for
 questions, rebuilds and uploads, the size for a byte budget. It remembers the
 times and amounts it allowed within the window and nothing older: keys whose
@@ -15,7 +19,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 
+from raptor_engine import ChannelKey
+
 log = logging.getLogger(__name__)
+
+
+def person_in_workspace(channel: ChannelKey, person_id: str) -> tuple[str, str, str]:
+    """The key a person's limits are counted under: their platform, workspace and id, the
+    same whichever channel of that workspace they write in. Pure."""
+    return (channel.platform, channel.workspace, person_id)
 
 
 class _Window:

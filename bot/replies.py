@@ -30,9 +30,11 @@ from bot.texts.answers import (
 )
 from bot.texts.outline import outline_text
 from bot.texts.requests import (
+    SHARED_CHANNEL,
     empty_channel_text,
     error_text,
     help_text,
+    model_budget_text,
     question_limit_text,
     rebuild_limit_text,
     refusal_text,
@@ -83,12 +85,12 @@ from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short
 
 __all__ = [
     "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
-    "EMPTY_QUESTION", "FILE_TYPES", "FORCE_COMMAND", "UNSUPPORTED_NOTE", "approved_text", "check_text", "held_back_text", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING",
+    "EMPTY_QUESTION", "FILE_TYPES", "FORCE_COMMAND", "UNSUPPORTED_NOTE", "approved_text", "check_text", "held_back_text", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING", "SHARED_CHANNEL",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",
     "empty_channel_text", "error_text", "feedback_report_text", "feedback_text", "forgot_text", "help_text", "hit_line", "in_time", "ingested_text",
-    "layers_text", "megabytes", "node_text", "outline_text", "progress_text",
+    "layers_text", "megabytes", "model_budget_text", "node_text", "outline_text", "progress_text",
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",
     "rejected_text", "report_sentence", "report_text", "sample_text", "short_id",
     "source_cap_text", "source_choice_text", "sources_text", "stats_text", "status_text", "stored_cap_text",

@@ -37,6 +37,7 @@ from bot.coordination.deliveries import DeliveryLedger, LocalLedger
 from bot.engine_calls import AsyncEngine
 from bot.front_end import FrontEnd
 from bot.handler import ChatHandler
+from bot.model_budget import LocalSpending, ModelBudget
 from bot.neutral import ChannelKey, Courier, SourceView
 from bot.observability.metrics import Metrics
 from bot.process_exit import end_process
@@ -67,14 +68,17 @@ class Assistant:
         self.front_end = front_end
         self.metrics = Metrics()
         self.scheduler: RebuildService
+        spending = front_end.spending if front_end is not None else LocalSpending()
+        budget = ModelBudget(config.bot.model_budget, spending)  # shared by answers and rebuilds
         if front_end is not None:
             self.scheduler = front_end.rebuilds
             self.deliveries: DeliveryLedger = front_end.deliveries
         else:
-            self.scheduler = RebuildScheduler(engine, config.bot, self.metrics)
+            self.scheduler = RebuildScheduler(engine, config.bot, self.metrics, budget)
             self.deliveries = deliveries or LocalLedger()
         limiters = front_end.limiters if front_end is not None else None
-        self.handler = ChatHandler(engine, config, self.scheduler, limiters=limiters, metrics=self.metrics)
+        self.handler = ChatHandler(engine, config, self.scheduler, limiters=limiters, metrics=self.metrics,
+                                   budget=budget)
         self.couriers: dict[str, Courier] = {}
         self._warm_up: threading.Thread | None = None
         self._reader: asyncio.Task[None] | None = None

@@ -3,14 +3,18 @@
 Contracts (a part of :class:`bot.handler.ChatHandler`):
 
 - Ingestion is bounded before any loading or embedding: files and pins per person and
-  hour, their bytes per channel and day (a duplicate, or anything that stores nothing,
+  hour (counted across every channel of the person's workspace), their bytes per channel and day (a duplicate, or anything that stores nothing,
   gives its bytes back), and optional caps on a channel's number of sources and stored
   text (``bot.limits``). The caps are read from the store just before ingesting, so two
   uploads at the same moment may pass a cap by one source. A refusal says which limit.
 - With ``files.replace_same_name``, an upload takes the place of the channel's earlier
   files of that name.
 - An edited message updates its source, if it is one; the threads of answers that cited
-  the earlier text are told (at most :data:`CHANGED_NOTICES` of them).
+  the earlier text are told (at most :data:`CHANGED_NOTICES` of them). An edit (or a reply
+  in a pinned thread) that rewrites a source counts against its editor's uploads allowance
+  and the channel's byte budget like a new pin, before anything is embedded; refused, the
+  source keeps its earlier text and the editor is told. An edit that changes nothing kept
+  gives both back.
 - Unpinning removes the sources a pin became only when ``bot.unpin_removes_source``
   is on and the person unpinning is an admin or the one who pinned it
   (:func:`bot.commands.may_remove_pin`); otherwise they stay, and the reply says
@@ -37,6 +41,7 @@ from bot.ingestion import (
     update_pin,
 )
 from bot.neutral import Person, Pin, Reply, ReplyKind, Send, Unpin, Upload
+from bot.rate_limits import person_in_workspace
 from raptor_engine import ChannelKey
 
 if TYPE_CHECKING:
@@ -81,7 +86,23 @@ class SourceHandling:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
         Nothing is said for a message that is no source, nor for an edit that changed nothing kept,
         nor for a pinned thread that grew by a reply (see ``Pin.grew``) but to its answers."""
-        update = await self._engine.run(lambda engine: update_pin(engine, pin))
+        key = pin.channel
+        if not await self._engine.run(lambda engine: pinned_sources(engine, key, pin.external_id)):
+            return  # no source: most edited messages are none, and cost nothing
+        document = pin_document(pin)
+        size = len(document.text.encode("utf-8"))
+        refusal = await self._rate_refusal(key, pin.person, size, document.title)
+        if refusal is not None:
+            log.info("channel %s: the edit of %s by %s refused by a limit", key, pin.external_id, pin.person.id)
+            await send(refusal)
+            return
+        update = None
+        try:
+            update = await self._engine.run(lambda engine: update_pin(engine, pin))
+        finally:
+            if update is None or not update.replaced:  # nothing new stored: the edit costs nothing
+                await self._per_person.refund(person_in_workspace(key, pin.person.id))
+                await self._bytes.refund(key, size)
         if update is None or not update.replaced:
             return
         log.info("channel %s: source %s updated after %s %s (%d answers cite its earlier text)", pin.channel,
@@ -136,10 +157,15 @@ class SourceHandling:
             held = sum(source.chars for source in sources)
             if max_stored and held + size > max_stored:
                 return Reply(ReplyKind.ERROR, replies.stored_cap_text(name, size, held, max_stored))
+        return await self._rate_refusal(key, person, size, name)
+
+    async def _rate_refusal(self, key: ChannelKey, person: Person, size: int, name: str) -> Reply | None:
+        """None when ``person`` may add ``size`` bytes to the channel now (counted against their
+        uploads allowance and the channel's byte budget); else the private reply saying which
+        refused it (and nothing is counted)."""
         limits = self._config.bot.rate_limits_for(str(key))
-        mine = (key, person.id)
-        # The channel's admins are trusted with many uploads (a Discord pin, made by a Manage Messages
-        # holder, arrives with no person at all); the channel's byte budget still holds for them.
+        mine = person_in_workspace(key, person.id)
+        # The channel's admins are trusted with many uploads; the channel's byte budget still holds for them.
         per_person = 0 if commands.may_manage(person, key, self._config.bot) else limits.uploads_per_user_per_hour
         wait = await self._per_person.try_acquire(mine, limit=per_person)
         if wait > 0:

@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "Engine": "engine", "EngineSettings": "engine", "IngestResult": "engine",
     "ChromaStore": "store", "channel_digest": "store",
     "ClusteringSettings": "clustering", "RetrievalSettings": "retrieval", "SpendingLimits": "metering",
+    "ModelUsage": "metering", "metered": "metering:metering",
     "BuildProgress": "tree", "ProgressCallback": "tree",
     # what goes in and comes out
     "ChannelKey": "types", "Document": "types", "Source": "types", "SourceKind": "types", "Node": "types",
@@ -48,12 +49,12 @@ __all__ = [
     "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
     "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "GateCheck", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",
-    "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "NoMaterial", "Node", "NodeNotFound",
+    "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "ModelUsage", "NoMaterial", "Node", "NodeNotFound",
     "NodeView", "NothingToBuild", "OpenAIEmbedder", "ProgressCallback", "ProviderError", "RaptorError",
     "RejectReason", "RetrievalMode", "RetrievalSettings", "SUPPORTED_SUFFIXES", "SentenceTransformerEmbedder",
     "Source", "SourceKind", "SpendingLimitReached", "StreamingAnswerer", "SpendingLimits", "StoreError", "StoreUnavailable",
     "Summarizer", "TokenCounter", "TreeStats", "channel_digest", "default_model_path", "prestart_clustering",
-    "quote", "stop_worker_processes", "use_numba_cache_dir", "warm_up_clustering",
+    "metered", "quote", "stop_worker_processes", "use_numba_cache_dir", "warm_up_clustering",
 ]  # the same names as _EXPORTS (tests/raptor_engine/test_public_api.py checks)
 
 
@@ -97,7 +98,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
     )
     from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder
     from raptor_engine.loaders import SUPPORTED_SUFFIXES
-    from raptor_engine.metering import SpendingLimits
+    from raptor_engine.metering import ModelUsage, SpendingLimits, metering as metered
     from raptor_engine.numba_cache import use_cache_dir as use_numba_cache_dir
     from raptor_engine.protocols import (
         Answerer,

@@ -5,7 +5,7 @@ adapter meets:
 
 * the **Web API** under ``/api/`` (``auth.test``, ``apps.connections.open``,
   ``chat.postMessage``/``postEphemeral``/``getPermalink``,
-  ``conversations.replies``/``history``/``open``, ``users.info``,
+  ``conversations.replies``/``history``/``open``/``info`` (Slack Connect channels: :meth:`SlackStandIn.share_channel`), ``users.info`` (guests of another organisation: ``add_user(team=...)``),
   ``reactions.add``/``remove``, ``files.info``, ``views.open`` (a modal's basic shape checked),
   ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``,
   and for streamed answers ``chat.startStream``/``appendStream``/``stopStream``,
@@ -114,6 +114,7 @@ class _User:
     name: str
     admin: bool = False
     owner: bool = False
+    team: str = ""  # another organisation's, for a Slack Connect guest; empty: the stand-in's own
 
 
 @dataclass(slots=True)
@@ -182,6 +183,7 @@ class SlackStandIn:
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.users: dict[str, _User] = {}
         self.files: dict[str, _File] = {}
+        self.shared_with: dict[str, str] = {}  # channel -> the other organisation's team (Slack Connect)
         self._failures: dict[str, list[str]] = {}
         self.latency: dict[str, float] = {}  # seconds a Web API method takes to answer (a slow Slack)
         self._counter = itertools.count(1)
@@ -236,8 +238,19 @@ class SlackStandIn:
 
     # -- the workspace ------------------------------------------------------------------
 
-    def add_user(self, user_id: str, name: str, admin: bool = False, owner: bool = False) -> None:
-        self.users[user_id] = _User(user_id, name, admin, owner)
+    def add_user(self, user_id: str, name: str, admin: bool = False, owner: bool = False, team: str = "") -> None:
+        """A person; ``team`` makes them a member of another organisation (admin or owner there)."""
+        self.users[user_id] = _User(user_id, name, admin, owner, team)
+
+    def share_channel(self, channel: str, other_team: str) -> None:
+        """Makes ``channel`` a Slack Connect channel shared with ``other_team``: ``conversations.info``
+        says ``is_ext_shared``, and its events carry ``is_ext_shared_channel: true``."""
+        self.shared_with[channel] = other_team
+
+    def team_of(self, user_id: str) -> str:
+        """The team a person belongs to: their organisation's, else the stand-in's."""
+        user = self.users.get(user_id)
+        return (user.team if user is not None else "") or self.team
 
     def next_ts(self) -> str:
         return f"1700000000.{next(self._counter):06d}"
@@ -515,11 +528,20 @@ class SlackStandIn:
         user = str(params.get("users", "")).split(",")[0]
         return {"channel": {"id": f"D{user}"}}
 
+    def _m_conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = str(params.get("channel", ""))
+        other = self.shared_with.get(channel, "")
+        return {"channel": {"id": channel, "name": channel.lower(), "is_channel": not channel.startswith("D"),
+                            "is_im": channel.startswith("D"), "is_private": False, "is_archived": False,
+                            "is_shared": bool(other), "is_ext_shared": bool(other), "is_org_shared": False,
+                            "is_pending_ext_shared": False, "context_team_id": self.team,
+                            "shared_team_ids": [self.team, other] if other else [self.team]}}
+
     def _m_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
         user = self.users.get(str(params.get("user", "")))
         if user is None:
             return {"ok": False, "error": "user_not_found"}
-        return {"user": {"id": user.id, "team_id": self.team, "name": user.name.lower(), "real_name": user.name,
+        return {"user": {"id": user.id, "team_id": user.team or self.team, "name": user.name.lower(), "real_name": user.name,
                          "is_admin": user.admin, "is_owner": user.owner, "is_bot": user.id == BOT_USER,
                          "profile": {"display_name": user.name, "real_name": user.name}}}
 
@@ -700,6 +722,9 @@ class SlackStandIn:
         return await self.deliver_callback(body, retry=retry)
 
     def event_callback(self, event: dict[str, Any], event_id: str = "") -> dict[str, Any]:
+        item = event.get("item")
+        channel = str(event.get("channel") or event.get("channel_id")
+                      or (item.get("channel") if isinstance(item, dict) else "") or "")
         return {
             "token": "legacy-verification-token",
             "team_id": self.team,
@@ -710,7 +735,7 @@ class SlackStandIn:
             "event_time": int(time.time()),
             "authorizations": [{"enterprise_id": None, "team_id": self.team, "user_id": BOT_USER, "is_bot": True,
                                 "is_enterprise_install": False}],
-            "is_ext_shared_channel": False,
+            "is_ext_shared_channel": channel in self.shared_with,
         }
 
     async def deliver_callback(
@@ -736,7 +761,7 @@ class SlackStandIn:
 
     def _user_message(self, channel: str, user: str, text: str, thread_ts: str | None, im: bool) -> dict[str, Any]:
         ts = self.next_ts()
-        message: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": ts, "team": self.team,
+        message: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": ts, "team": self.team_of(user),
                                    "channel": channel, "event_ts": ts, "channel_type": "im" if im else "channel",
                                    "client_msg_id": f"cm-{ts}"}
         if thread_ts:
@@ -876,7 +901,7 @@ class SlackStandIn:
 
     async def slash(self, channel: str, user: str, text: str, command: str = "/raptor") -> Delivery:
         fields = {
-            "token": "legacy-verification-token", "team_id": self.team, "team_domain": "stand-in",
+            "token": "legacy-verification-token", "team_id": self.team_of(user), "team_domain": "stand-in",
             "channel_id": channel, "channel_name": channel.lower(), "user_id": user,
             "user_name": self.users[user].name if user in self.users else user, "command": command, "text": text,
             "api_app_id": APP_ID, "response_url": f"{self.root}/respond/{next(self._counter)}",
@@ -892,10 +917,10 @@ class SlackStandIn:
             container["thread_ts"] = message["thread_ts"]
         payload = {
             "type": "block_actions",
-            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team},
+            "user": {"id": user, "username": user.lower(), "name": user.lower(), "team_id": self.team_of(user)},
             "api_app_id": APP_ID, "token": "legacy-verification-token",
             "container": container, "trigger_id": f"{next(self._counter)}.1.x",
-            "team": {"id": self.team, "domain": "stand-in"},
+            "team": {"id": self.team_of(user), "domain": "stand-in"},
             "channel": {"id": channel, "name": channel.lower()},
             "message": dict(message),
             "response_url": f"{self.root}/respond/{next(self._counter)}",

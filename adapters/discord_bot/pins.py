@@ -40,11 +40,12 @@ import discord
 
 from adapters.discord_bot import translate
 from adapters.discord_bot.lifecycle import ClientCore
+from adapters.discord_bot.messages import place_manager
 from adapters.discord_bot.sending import ChannelSend, keep_typing
 from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
 from bot.config import DiscordConfig
-from bot.neutral import Pin, Unpin
+from bot.neutral import Person, Pin, Unpin
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ class PinHandling(ClientCore):
                 return
             async with self._pin_locks.setdefault(channel.id, asyncio.Lock()):
                 try:
-                    pin = await self._pin_of(channel, message, place)
+                    editor = translate.person_of(message.author, place_manager(channel, message.author))
+                    pin = await self._pin_of(channel, message, place, editor)
                     await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(channel, message))
                 except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"updating pinned message {message.id}", ChannelSend(channel, message))
@@ -122,7 +124,8 @@ class PinHandling(ClientCore):
             if not await self.raptor.first_delivery(f"discord:thread-reply:{thread.id}:{message.id}{change}"):
                 return
             async with self._pin_locks.setdefault(parent.id, asyncio.Lock()):
-                await self._update_thread(parent, thread.id, place)
+                writer = translate.person_of(message.author, place_manager(thread, message.author))
+                await self._update_thread(parent, thread.id, place, writer)
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
             await self._failed(f"updating the pinned thread {thread.id} after message {message.id}", send)
 
@@ -140,8 +143,9 @@ class PinHandling(ClientCore):
                 del self._starter_pinned[next(iter(self._starter_pinned))]
         return self._starter_pinned[thread_id]
 
-    async def _update_thread(self, parent: discord.TextChannel, thread_id: int, place: Place) -> None:
-        """The pinned thread's source, if the bot holds one, takes the thread as it is now.
+    async def _update_thread(self, parent: discord.TextChannel, thread_id: int, place: Place, writer: Person) -> None:
+        """The pinned thread's source, if the bot holds one, takes the thread as it is now, as a
+        change by ``writer`` (who wrote or edited the message in it: it counts against their limits).
         The starter is fetched here, under the channel's pin lock, so that an edit of it
         handled meanwhile is not undone by its older text."""
         starter = await fetch_starter(parent, thread_id)
@@ -151,7 +155,7 @@ class PinHandling(ClientCore):
             log.warning("thread %s of pinned message %s is not known here; its source is left as it is",
                         thread_id, starter.id)
             return
-        pin = await self._pin_of(parent, starter, place)
+        pin = await self._pin_of(parent, starter, place, writer)
         await self.raptor.handler.handle(replace(pin, edited=True, grew=True), ChannelSend(parent, starter))
 
     async def _pins_changed(self, channel: Any, last_pin: Any = None) -> None:
@@ -211,13 +215,15 @@ class PinHandling(ClientCore):
             return
         await self.raptor.handler.handle(pin, ChannelSend(channel, message))
 
-    async def _pin_of(self, channel: Any, message: discord.Message, place: Place) -> Pin:
-        """A pinned message's text, with its thread's messages when it starts one, as a Pin."""
+    async def _pin_of(self, channel: Any, message: discord.Message, place: Place,
+                      person: Person = translate.PINNER) -> Pin:
+        """A pinned message's text, with its thread's messages when it starts one, as a Pin by
+        ``person`` (a pin's is :data:`~adapters.discord_bot.translate.PINNER`; an edit's, its editor)."""
         text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
         replies = await self._thread_replies(message)
         author = getattr(message.author, "display_name", "") or message.author.name
         external_id = translate.pin_external_id(channel.id, message.id)
-        return Pin(place.key, translate.PINNER, text, external_id, link=message.jump_url, author=author,
+        return Pin(place.key, person, text, external_id, link=message.jump_url, author=author,
                    replies=replies)
 
     async def _thread_replies(self, message: discord.Message) -> tuple[str, ...]:

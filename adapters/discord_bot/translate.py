@@ -45,8 +45,11 @@ CUSTOM_ID_PREFIX = "raptor"
 CUSTOM_ID_LIMIT = 100  # Discord's limit on a component's custom_id
 THREAD_NAME_LIMIT = 100  # Discord's limit on a thread's name
 CONTEXT_MESSAGES = 10  # earlier thread messages passed as context (the handler keeps the last few)
-# Discord does not say who pinned a message, only that someone with Manage Messages did.
-PINNER = Person("discord-pins", "a pin", manages_channel=True)
+# Discord does not say who pinned a message, only that someone allowed to pin did: since
+# Discord's separate Pin Messages permission, that is no sign of managing the channel. A pin
+# is therefore no admin action: it counts against this stand-in person's upload allowance,
+# one per guild (its limits are per person and workspace), like anyone's files and pins.
+PINNER = Person("discord-pins", "a pin")
 # Threads that share their parent's tree (public and news); any other thread is a channel of its own.
 OPEN_THREADS = (discord.ChannelType.public_thread, discord.ChannelType.news_thread)
 

@@ -11,7 +11,9 @@ downloader) and the ways they all work:
   reference, and the person told (never silent);
 * :meth:`HandlingCore.working`: the working reaction on the message being worked on;
 * :meth:`HandlingCore.handle`: the neutral event to ``bot.handler.handle``, replies to a
-  :class:`~adapters.slack.outbox.Target` through :meth:`HandlingCore.send_to`.
+  :class:`~adapters.slack.outbox.Target` through :meth:`HandlingCore.send_to`, saying
+  whether its conversation is shared with another organisation (:class:`~adapters.slack.web.SharedChannels`;
+  the bot decides what that means).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from adapters.slack.downloads import Downloader
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.sending import SlackSend
 from adapters.slack.translate import BotIdentity
-from adapters.slack.web import People
+from adapters.slack.web import People, SharedChannels
 from bot import replies
 from bot.config import SlackConfig
 from bot.errors import log_failure
-from bot.neutral import Event, Reply, ReplyKind
+from bot.neutral import Event, Reply, ReplyKind, Send
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,8 @@ class HandlingCore:
         self.config = config
         self.client = client
         self.identity = identity
-        self.people = People(client)
+        self.people = People(client, identity.team_id)
+        self.shared = SharedChannels(client)
         self.outbox = Outbox(client, session, team=identity.team_id)  # streaming names the workspace
         self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
                                      config.api_base_url)
@@ -82,7 +85,10 @@ class HandlingCore:
         """The working reaction on the message ``ts`` while the block runs (none without a ``ts``)."""
         return slack_web.working(self.client, channel, ts) if ts else nullcontext()
 
-    async def handle(self, event: Event, target: Target, ts: str = "") -> None:
-        """Gives the event to the bot's handler, the working reaction on ``ts`` meanwhile."""
+    async def handle(self, event: Event, target: Target, ts: str = "", send: Send | None = None) -> None:
+        """Gives the event to the bot's handler, the working reaction on ``ts`` meanwhile, with
+        whether its conversation is shared with another organisation. ``send`` replaces the one
+        to ``target``."""
+        shared = await self.shared.external(target.channel)
         async with self.working(target.channel, ts):
-            await self.bot.handler.handle(event, self.send_to(target))
+            await self.bot.handler.handle(event, send or self.send_to(target), shared)

@@ -121,7 +121,9 @@ def classify_event(body: Payload, identity: BotIdentity) -> Arrival:
     """What an Events API payload (``event_callback``) means for the bot. Never raises."""
     event = as_mapping(body.get("event"))
     kind = as_text(event.get("type"))
-    team = as_text(body.get("team_id")) or as_text(event.get("team")) or identity.team_id
+    # The installing workspace keys every channel: in a channel shared with another
+    # organisation, the payload's team ids may be theirs.
+    team = identity.team_id
     if not event or not kind:
         return Ignored("no event in the payload")
     if kind == "app_mention":

@@ -5,7 +5,7 @@ Pure: nothing here performs input/output. Contract:
 * :func:`feedback_view` is the modal (``views.open``) for one answer: two optional
   multiline inputs (what was wrong, the right answer), callback id :data:`CALLBACK_FEEDBACK`,
   and ``private_metadata`` holding, as JSON, everything the submission needs (the answer id,
-  the team, the channel and the thread to answer in): Slack sends the modal's state back
+  the channel and the thread to answer in): Slack sends the modal's state back
   without the message it was opened from. None when that does not fit Slack's limit;
 * :func:`submission` reads a ``view_submission`` payload of that modal into a
   :class:`Submission`; anything else (another callback id, missing or garbled metadata,
@@ -53,9 +53,10 @@ class Submission:
 
 
 def metadata(origin: Origin, answer_id: str) -> str:
-    """The modal's ``private_metadata``: the answer id, the team, the channel and the thread
-    (the clicked message's thread, else the message itself, which is where answers are)."""
-    return json.dumps({"answer": answer_id, "team": origin.team, "channel": origin.channel,
+    """The modal's ``private_metadata``: the answer id, the channel and the thread (the clicked
+    message's thread, else the message itself, which is where answers are). No team: the
+    installing workspace's is known, and a submitter's own may be another organisation's."""
+    return json.dumps({"answer": answer_id, "channel": origin.channel,
                        "thread": origin.thread_ts or origin.ts}, separators=(",", ":"))
 
 
@@ -89,9 +90,11 @@ def _input(block_id: str, action_id: str, label: str) -> dict[str, Any]:
     }
 
 
-def submission(body: Payload) -> Submission | None:
-    """The feedback form submitted in ``body`` (a ``view_submission`` payload); None when it is
-    not our form's or cannot be read (missing or garbled metadata, no person, no answer id)."""
+def submission(body: Payload, team: str) -> Submission | None:
+    """The feedback form submitted in ``body`` (a ``view_submission`` payload), about an answer in
+    the installing workspace ``team`` (neither the metadata nor the submitter's workspace picks the
+    channel's tree); None when it is not our form's or cannot be read (missing or garbled
+    metadata, no person, no answer id)."""
     view = as_mapping(body.get("view"))
     if body.get("type") != "view_submission" or view.get("callback_id") != CALLBACK_FEEDBACK:
         return None
@@ -102,8 +105,6 @@ def submission(body: Payload) -> Submission | None:
     meta = as_mapping(meta)
     user = as_mapping(body.get("user"))
     answer_id, channel = as_text(meta.get("answer")).strip(), as_text(meta.get("channel"))
-    # The team the form was opened in; the submitter's as a fallback (the same workspace).
-    team = as_text(meta.get("team")) or as_text(as_mapping(body.get("team")).get("id")) or as_text(user.get("team_id"))
     origin = Origin(team=team, channel=channel, user=as_text(user.get("id")), thread_ts=as_text(meta.get("thread")))
     if not (answer_id and team and channel and origin.user):
         return None

@@ -138,7 +138,7 @@ class SlackHandling(HandlingCore):
         """A click, read once: on one of the bot's buttons, its event is handed over; a 👎
         also opens the feedback form, first and without waiting for a slot (the trigger_id
         is good for 3 s after the click)."""
-        click = translate.read_click(body)
+        click = translate.read_click(body, self.identity.team_id)
         if click is None:
             log.debug("a click that carries nothing for the bot: %.120r", body.get("actions"))
             return
@@ -149,7 +149,7 @@ class SlackHandling(HandlingCore):
     def on_view(self, body: Mapping[str, Any]) -> None:
         """A submitted form, read once: the bot's feedback form is handed over; one that cannot be
         read is dropped with a log line."""
-        form = translate.submission(body)
+        form = translate.submission(body, self.identity.team_id)
         if form is None:
             view = body.get("view")
             callback = view.get("callback_id") if isinstance(view, Mapping) else None
@@ -209,6 +209,9 @@ class SlackHandling(HandlingCore):
                 await source_flows.reply_deleted(self, reply)
             return
         arrival = translate.classify_event(body, self.identity)
+        shared = body.get("is_ext_shared_channel")
+        if not isinstance(arrival, Ignored) and isinstance(shared, bool):
+            self.shared.note(arrival.origin.channel, shared)  # Slack's own word, fresher than a lookup
         if isinstance(arrival, Ignored):
             log.debug("event %s ignored: %s", body.get("event_id"), arrival.reason)
         elif isinstance(arrival, Asked):

@@ -33,11 +33,11 @@ log = logging.getLogger(__name__)
 
 async def slash_command(core: HandlingCore, body: Mapping[str, Any]) -> None:
     """``/raptor ...``, answered through its ``response_url`` when the bot cannot post."""
-    origin = translate.slash_origin(body)
+    origin = translate.slash_origin(body, core.identity.team_id)
     target = Target(origin.channel, origin.user, response_url=str(body.get("response_url") or ""))
     async with core.reporting(target, "a slash command"):
         person = await core.people.get(origin.user)
-        command = translate.command(body, person)
+        command = translate.command(body, person, core.identity.team_id)
         thread = ""
         if command.name == ASK and command.argument:
             # A slash command is seen by nobody else: the question is shown in the channel,
@@ -70,7 +70,7 @@ async def clicked(core: HandlingCore, click: Click) -> None:
         event = click.event(person)
         if click.form_answer:
             # The form it opened answers a 👎: the vote's own thanks would be a second message.
-            await core.bot.handler.handle(event, _errors_only(core, target))
+            await core.handle(event, target, send=_errors_only(core, target))
             return
         await core.handle(event, target)
 

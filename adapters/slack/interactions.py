@@ -25,15 +25,18 @@ ACTION_VOTE_DOWN = "raptor_vote_down"
 ACTION_PREFIX = "raptor_"  # every action id of ours starts so (the app listens to this prefix)
 
 
-def slash_origin(body: Payload) -> Origin:
-    """Where a slash command was typed (no message carries it: ``ts`` is empty)."""
-    return Origin(as_text(body.get("team_id")), as_text(body.get("channel_id")), as_text(body.get("user_id")))
+def slash_origin(body: Payload, team: str) -> Origin:
+    """Where a slash command was typed (no message carries it: ``ts`` is empty), in ``team``,
+    the installing workspace: the payload's own ``team_id`` is the typist's workspace, another
+    organisation's in a shared channel, so it never picks the channel's tree."""
+    return Origin(team, as_text(body.get("channel_id")), as_text(body.get("user_id")))
 
 
-def command(body: Payload, person: Person, thread: str = "") -> Command:
-    """``/raptor rebuild`` → ``Command("rebuild")``; blank text → help (see ``parse_command``)."""
+def command(body: Payload, person: Person, team: str, thread: str = "") -> Command:
+    """``/raptor rebuild`` → ``Command("rebuild")`` in the installing workspace ``team``; blank
+    text → help (see ``parse_command``)."""
     name, argument = parse_command(as_text(body.get("text")))
-    return Command(slash_origin(body).key, person, name, argument, thread=thread)
+    return Command(slash_origin(body, team).key, person, name, argument, thread=thread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +65,11 @@ class Click:
         return Vote(self.origin.key, person, self.value, up=self.action_id == ACTION_VOTE_UP)
 
 
-def read_click(body: Payload) -> Click | None:
-    """The click on one of our buttons in a ``block_actions`` payload; None for anything else
-    (another app's action, a button without a value, a click nowhere)."""
-    origin = action_origin(body)
+def read_click(body: Payload, team: str) -> Click | None:
+    """The click on one of our buttons in a ``block_actions`` payload, in the installing
+    workspace ``team``; None for anything else (another app's action, a button without a
+    value, a click nowhere)."""
+    origin = action_origin(body, team)
     if not origin.channel:
         return None
     for raw in as_list(body.get("actions")):
@@ -76,12 +80,12 @@ def read_click(body: Payload) -> Click | None:
     return None
 
 
-def action_origin(body: Payload) -> Origin:
-    """Where a button was clicked: the message holding it and that message's thread."""
+def action_origin(body: Payload, team: str) -> Origin:
+    """Where a button was clicked: the message holding it and that message's thread, in the
+    installing workspace ``team`` (the payload's ``team`` is the clicker's, see :func:`slash_origin`)."""
     container = as_mapping(body.get("container"))
     message = as_mapping(body.get("message"))
     channel = as_text(as_mapping(body.get("channel")).get("id")) or as_text(container.get("channel_id"))
-    team = as_text(as_mapping(body.get("team")).get("id")) or as_text(as_mapping(body.get("user")).get("team_id"))
     return Origin(
         team=team,
         channel=channel,

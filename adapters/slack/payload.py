@@ -130,9 +130,11 @@ def mentions(text: str, user_id: str) -> bool:
     return bool(user_id) and (f"<@{user_id}>" in text or f"<@{user_id}|" in text)
 
 
-def person_from_user(user: Mapping[str, Any], fallback_id: str = "") -> Person:
-    """A person from a ``users.info`` user: the display name (else real name, else handle);
-    workspace admins and owners manage every channel."""
+def person_from_user(user: Mapping[str, Any], home_team: str, fallback_id: str = "") -> Person:
+    """A person from a ``users.info`` user: the display name (else real name, else handle).
+    Admins and owners of ``home_team``, the installing workspace, manage every channel; a
+    member of another organisation (a Slack Connect guest, whose ``team_id`` is theirs) never
+    does, whatever their own workspace made them."""
     profile = as_mapping(user.get("profile"))
     name = (
         as_text(profile.get("display_name"))
@@ -140,5 +142,6 @@ def person_from_user(user: Mapping[str, Any], fallback_id: str = "") -> Person:
         or as_text(user.get("real_name"))
         or as_text(user.get("name"))
     )
-    manages = bool(user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner"))
+    admin = bool(user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner"))
+    manages = admin and bool(home_team) and as_text(user.get("team_id")) == home_team
     return Person(as_text(user.get("id")) or fallback_id, name, manages)

@@ -12,7 +12,13 @@ Contracts:
 * :data:`TRANSPORT_ERRORS` is what a call can raise besides Slack's own refusal, and
   :func:`error_code` names either in one word, for logs and notes.
 * :class:`People` never raises: a failed ``users.info`` gives a person known
-  by id only (who then manages nothing), logged.
+  by id only (who then manages nothing), logged. Only admins and owners of the
+  installing workspace manage channels (see ``translate.person_from_user``).
+* :class:`SharedChannels` says whether a conversation is shared with another
+  organisation (Slack Connect): what the events said last (``is_ext_shared_channel``),
+  else ``conversations.info`` (``is_ext_shared``), each remembered for a while. It never
+  raises: when Slack cannot say, the conversation counts as shared (logged, not
+  remembered), so a refusal errs on the side of storing nothing.
 * :func:`working` shows the work with a reaction and never fails the work
   because a reaction failed.
 """
@@ -24,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -35,6 +41,8 @@ from adapters.slack.translate import SlackFile
 from bot.neutral import Person
 
 log = logging.getLogger(__name__)
+
+V = TypeVar("V")
 
 MAX_THREAD_MESSAGES = 1000  # a thread is read up to this many messages (pages of REPLIES_PAGE)
 REPLIES_PAGE = 200
@@ -58,8 +66,67 @@ def in_thread(thread: str) -> dict[str, Any]:
 # -- people -------------------------------------------------------------------------
 
 
+class Remembered(Generic[V]):
+    """Values by key, each forgotten ``ttl_s`` seconds after it was put; at most ``max_entries``
+    (the least recently put go first)."""
+
+    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, V]] = OrderedDict()
+
+    def get(self, key: str) -> V | None:
+        """The value put under ``key`` less than ``ttl_s`` ago, else None."""
+        entry = self._entries.get(key)
+        if entry is None or self._clock() - entry[0] >= self._ttl_s:
+            return None
+        return entry[1]
+
+    def put(self, key: str, value: V) -> None:
+        self._entries[key] = (self._clock(), value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+
+
 class People:
-    """Who a user id is (``users.info``), cached for ``ttl_s`` seconds, at most ``max_entries``."""
+    """Who a user id is (``users.info``), cached for ``ttl_s`` seconds, at most ``max_entries``.
+    ``home_team`` is the installing workspace: only its admins and owners manage channels."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        home_team: str,
+        ttl_s: float = 300.0,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._home_team = home_team
+        self._cache: Remembered[Person] = Remembered(ttl_s, max_entries, clock)
+
+    async def get(self, user_id: str) -> Person:
+        """The person; never raises (a lookup failure gives ``Person(user_id)``, logged)."""
+        if not user_id:
+            return Person("unknown")
+        cached = self._cache.get(user_id)
+        if cached is not None:
+            return cached
+        try:
+            response = await self._client.users_info(user=user_id)
+        except TRANSPORT_ERRORS as exc:
+            # Not cached: the next event asks again, so a passing failure costs one event's name.
+            log.warning("users.info for %s failed (%s); treating them as a member", user_id, error_code(exc))
+            return Person(user_id)
+        person = translate.person_from_user(response.get("user") or {}, self._home_team, user_id)
+        self._cache.put(user_id, person)
+        return person
+
+
+class SharedChannels:
+    """Whether a conversation is shared with another organisation; see the module docstring.
+    What is known is remembered for ``ttl_s`` seconds, at most ``max_entries`` conversations."""
 
     def __init__(
         self,
@@ -69,31 +136,28 @@ class People:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._ttl_s = ttl_s
-        self._max_entries = max_entries
-        self._clock = clock
-        self._cache: OrderedDict[str, tuple[float, Person]] = OrderedDict()
+        self._known: Remembered[bool] = Remembered(ttl_s, max_entries, clock)
 
-    async def get(self, user_id: str) -> Person:
-        """The person; never raises (a lookup failure gives ``Person(user_id)``, logged)."""
-        if not user_id:
-            return Person("unknown")
-        cached = self._cache.get(user_id)
-        now = self._clock()
-        if cached is not None and now - cached[0] < self._ttl_s:
-            return cached[1]
+    def note(self, channel: str, shared: bool) -> None:
+        """What an event said about its conversation (its ``is_ext_shared_channel``)."""
+        if channel:
+            self._known.put(channel, shared)
+
+    async def external(self, channel: str) -> bool:
+        """True when ``channel`` is shared with another organisation, or Slack cannot say."""
+        known = self._known.get(channel)
+        if known is not None:
+            return known
         try:
-            response = await self._client.users_info(user=user_id)
+            response = await self._client.conversations_info(channel=channel)
         except TRANSPORT_ERRORS as exc:
-            # Not cached: the next event asks again, so a passing failure costs one event's name.
-            log.warning("users.info for %s failed (%s); treating them as a member", user_id, error_code(exc))
-            return Person(user_id)
-        person = translate.person_from_user(response.get("user") or {}, user_id)
-        self._cache[user_id] = (now, person)
-        self._cache.move_to_end(user_id)
-        while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
-        return person
+            log.warning("conversations.info for %s failed (%s); treating it as shared with another "
+                        "organisation", channel, error_code(exc))
+            return True
+        info = response.get("channel") or {}
+        shared = bool(info.get("is_ext_shared")) if isinstance(info, Mapping) else True
+        self._known.put(channel, shared)
+        return shared
 
 
 # -- threads and messages -------------------------------------------------------------

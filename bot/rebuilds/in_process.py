@@ -27,6 +27,7 @@ from apscheduler.job import Job
 from bot.config import BotConfig
 from bot.engine_calls import AsyncEngine
 from bot.memory import release_free_memory
+from bot.model_budget import ModelBudget
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import send_safely
@@ -87,9 +88,12 @@ class RebuildScheduler:
     Not thread-safe: every method is called from the event loop it was started on.
     """
 
-    def __init__(self, engine: AsyncEngine, config: BotConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, config: BotConfig, metrics: Metrics | None = None,
+                 budget: ModelBudget | None = None) -> None:
+        """``budget``: the workspaces' daily model budget, which every build checks and counts against."""
         self._engine = engine
         self._metrics = metrics
+        self._budget = budget
         self._config = config
         self._states: dict[ChannelKey, _ChannelState] = {}
         self._checks = ChannelChecks(config, self.check, ChannelRetention(engine, config))
@@ -282,7 +286,7 @@ class RebuildScheduler:
         """One rebuild, reported to the batch's requesters (or the log). Never raises but CancelledError."""
         log.info("channel %s: rebuild started (%s)", key, batch.describe())
         reply, _ = await rebuild_and_report(self._engine, key, batch.sends, self._config.progress_every_s,
-                                            batch.describe(), self._metrics)
+                                            batch.describe(), self._metrics, self._budget)
         batch.answered = True
         await asyncio.gather(*(send_safely(send, reply) for send in batch.sends))
 

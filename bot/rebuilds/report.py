@@ -15,21 +15,33 @@ from collections.abc import Sequence
 
 from bot.engine_calls import AsyncEngine
 from bot.errors import explain, log_failure
+from bot.model_budget import ModelBudget, ModelBudgetReached
 from bot.neutral import Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import ProgressRelay
 from bot.replies import held_back_text, rebuild_failed_text, report_sentence
-from raptor_engine import BuildBusy, BuildHeldBack, BuildSuperseded, ChannelKey, NothingToBuild, RaptorError
+from raptor_engine import BuildBusy, BuildHeldBack, BuildSuperseded, ChannelKey, ModelUsage, NothingToBuild, RaptorError
 
 log = logging.getLogger(__name__)
 
 
 async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequence[Send], progress_every_s: float,
-                             why: str, metrics: Metrics | None = None) -> tuple[Reply, Exception | None]:
+                             why: str, metrics: Metrics | None = None,
+                             budget: ModelBudget | None = None) -> tuple[Reply, Exception | None]:
     """Rebuilds ``key``, relaying progress to ``sends``, and returns the reply that tells the
     result (not sent yet) with the error that ended the build, if any. Engine errors become
-    the person's reply; anything else is logged with a reference the reply quotes. Raises
-    only ``CancelledError`` (the progress relay is stopped first)."""
+    the person's reply; anything else is logged with a reference the reply quotes. With a
+    ``budget``, a workspace that used up its daily model budget is not rebuilt (the reply
+    says so, the error is :class:`~bot.model_budget.ModelBudgetReached`), and what a build's
+    model calls cost is counted against it. Raises only ``CancelledError`` (the progress
+    relay is stopped first)."""
+    spent = await budget.reached(key) if budget is not None else ""
+    if budget is not None and spent:
+        refusal = ModelBudgetReached(budget.refusal(spent))
+        log.info("channel %s: rebuild not started (%s): the workspace used up its daily model %s", key, why, spent)
+        if metrics is not None:
+            metrics.observe_rebuild(_outcome(refusal), 0.0)
+        return Reply(ReplyKind.INFO, str(refusal)), refusal
     relay = ProgressRelay(sends, progress_every_s) if sends else None
     error: Exception | None = None
     started = time.monotonic()
@@ -56,6 +68,9 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
         log.info("channel %s: rebuild finished (%s): %s", key, why, reply.text)
         if metrics is not None:
             metrics.count_model_calls("summary", report.model_calls, report.prompt_tokens + report.completion_tokens)
+        if budget is not None:
+            await budget.record(key, ModelUsage(calls=report.model_calls, prompt_tokens=report.prompt_tokens,
+                                                completion_tokens=report.completion_tokens))
     if metrics is not None:
         metrics.observe_rebuild(_outcome(error), time.monotonic() - started)
     if relay is not None:
@@ -75,4 +90,6 @@ def _outcome(error: Exception | None) -> str:
         return "nothing_to_build"
     if isinstance(error, BuildHeldBack):
         return "held_back"
+    if isinstance(error, ModelBudgetReached):
+        return "budget_reached"
     return "failed"

@@ -42,6 +42,7 @@ from bot.coordination.link import CoordinationDown, RedisLink
 from bot.coordination.reply_stream import ReplyPublisher
 from bot.coordination.signing import RecordSigner
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.job_queue import FAILURE_TTL_S, JOB_SERIALIZER, RebuildJob, RebuildQueue, channel_from_text, refusal
@@ -67,6 +68,7 @@ class WorkerContext:
     requests: RebuildRequests
     publisher: ReplyPublisher
     metrics: Metrics
+    budget: ModelBudget
 
     def sender(self, address: ReplyAddress) -> Send:
         """A ``Send`` that hands the reply to the front-ends of the address's platform."""
@@ -128,7 +130,7 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
     log.info("channel %s: rebuild started (%s)", key, why)
     sends = [context.sender(r.address) for r in requesters]
     reply, error = await rebuild_and_report(context.engine, key, sends, context.config.bot.progress_every_s, why,
-                                            context.metrics)
+                                            context.metrics, context.budget)
     if isinstance(error, BuildSuperseded):
         raise error  # whoever took over tells them
     for requester, send in zip(requesters, sends):
@@ -183,8 +185,9 @@ def serve_worker(config: Config, engine: AsyncEngine, link: RedisLink, leases: C
     its build checks it. Returns the exit status."""
     queue = RebuildQueue(link, config.coordination.job_timeout_s)
     signer = RecordSigner(config.coordination.secret.get_secret_value())
+    budget = ModelBudget(config.bot.model_budget, SharedSpending(link))
     install(WorkerContext(config, engine, link, leases, queue, RebuildRequests(link, signer),
-                          ReplyPublisher(link, signer), metrics))
+                          ReplyPublisher(link, signer), metrics, budget))
     name = f"{holder_name()}-{uuid.uuid4().hex[:6]}"
     while True:
         try:

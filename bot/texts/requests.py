@@ -40,12 +40,28 @@ def refusal_text(name: str) -> str:
 
 # -- rate limits and caps ------------------------------------------------------------
 
+SHARED_CHANNEL = ("I don't answer in channels shared with other organisations: what I know here would be "
+                  "shown to people outside this workspace. Ask me in one of its own channels.")
+"""The one line a question or command gets in a channel shared with other organisations,
+while ``slack.shared_channels`` is ``refuse``."""
+
+
 
 def question_limit_text(limit: int, wait_s: float) -> str:
     """A question refused by ``bot.rate_limits.questions_per_user_per_minute``."""
     return (
         f"You have asked {count(limit, 'question')} in the last minute, the most allowed; "
         f"please ask again {in_time(wait_s)}."
+    )
+
+
+def model_budget_text(which: str, limit: int, wait_s: float) -> str:
+    """Model work refused because the workspace used up ``bot.model_budget`` today: ``which``
+    ceiling (``calls`` or ``tokens``) of ``limit``; a new day starts in ``wait_s`` seconds."""
+    spent = count(limit, "language-model call") if which == "calls" else f"{limit:,} language-model tokens"
+    return (
+        f"This workspace has used its {spent} for today (UTC), the most allowed; "
+        f"I can answer again after midnight UTC, {in_time(wait_s)}."
     )
 
 

@@ -16,9 +16,9 @@ def recorded(bot: Assistant) -> list[Event]:
     events: list[Event] = []
     handle = bot.handler.handle
 
-    async def recording(event: Event, send: Send) -> None:
+    async def recording(event: Event, send: Send, shared_externally: bool = False) -> None:
         events.append(event)
-        await handle(event, send)
+        await handle(event, send, shared_externally)
 
     bot.handler.handle = recording  # type: ignore[method-assign]
     return events

@@ -25,6 +25,7 @@ from bot.coordination.lease import ChannelLeases
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyPublisher
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import ChannelKey, ReplyAddress
 from bot.observability.metrics import Metrics
 from bot.rebuilds.job_queue import JOB_FUNCTION, JOB_SERIALIZER, RebuildJob, RebuildQueue, RefusedJob, channel_text
@@ -87,8 +88,10 @@ def worker(store: ChromaStore, embedder: Any, redis_url: str) -> Worker:
     engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
     engine.ingest_bytes(OTHER, TEXT.encode(), "log.txt", "", "ana", "F2")
     queue = RebuildQueue(link, settings.job_timeout_s)
-    install(WorkerContext(Config(bot=BotConfig(progress_every_s=3600)), AsyncEngine(engine), link, leases, queue,
-                          RebuildRequests(link, signer()), ReplyPublisher(link, signer()), Metrics()))
+    config = Config(bot=BotConfig(progress_every_s=3600))
+    install(WorkerContext(config, AsyncEngine(engine), link, leases, queue, RebuildRequests(link, signer()),
+                          ReplyPublisher(link, signer()), Metrics(),
+                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
     return Worker(link, engine, queue)
 
 

@@ -13,6 +13,7 @@ from bot.coordination.lease import ChannelLeases, Held, HeldLeases
 from bot.coordination.link import RedisLink, describe
 from bot.coordination.reply_stream import ReplyPublisher, decode
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import ChannelKey, ReplyAddress, ReplyKind
 from bot.observability.metrics import Metrics
 from bot.rebuilds.job_queue import RebuildQueue, channel_text
@@ -63,8 +64,10 @@ def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
     engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
     requests = RebuildRequests(link, signer())
     asyncio.run(requests.add(KEY, Requester("ana", ReplyAddress(KEY, "T.1"))))
-    install(WorkerContext(Config(bot=BotConfig(progress_every_s=3600)), AsyncEngine(engine), link, leases,
-                          RebuildQueue(link, settings.job_timeout_s), requests, ReplyPublisher(link, signer()), Metrics()))
+    config = Config(bot=BotConfig(progress_every_s=3600))
+    install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s), requests,
+                          ReplyPublisher(link, signer()), Metrics(),
+                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
 
     assert run_rebuild_job(channel_text(KEY)) == "built"
 

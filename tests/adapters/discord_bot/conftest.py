@@ -19,7 +19,7 @@ from typing import Any
 
 from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
-from bot.config import BotConfig, Config, DiscordConfig, RetentionConfig
+from bot.config import BotConfig, Config, DiscordConfig
 from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
@@ -105,9 +105,10 @@ def make_world_fake() -> tuple[FakeDiscord, dict[str, Any], dict[str, Any], dict
 
 @asynccontextmanager
 async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, retention_days: float = 7.0,
-                        **discord: Any) -> AsyncIterator[World]:
+                        bot_settings: dict[str, Any] | None = None, **discord: Any) -> AsyncIterator[World]:
     """A started world. ``restrict`` limits the bot to Test Guild and its general and library
-    channels; ``retention_days`` is ``bot.retention.removed_channel_days``; ``discord`` overrides
+    channels; ``retention_days`` is ``bot.retention.removed_channel_days``; ``bot_settings`` sets
+    ``BotConfig`` keys besides ``admins`` and ``retention``; ``discord`` overrides
     other ``DiscordConfig`` keys (e.g. ``reply_in_thread``)."""
     fake, guild, other, people = make_world_fake()
     await fake.start()
@@ -122,7 +123,8 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
     if restrict:
         settings["guilds"] = [guild["id"]]
         settings["channels"] = [fake.channel_id(guild, "general"), library]
-    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig(admins=[ADMIN_ID], retention=RetentionConfig(removed_channel_days=retention_days)))
+    config = Config(data_dir=tmp_path / "data", discord=DiscordConfig(**settings), bot=BotConfig.model_validate(
+        {"admins": [ADMIN_ID], "retention": {"removed_channel_days": retention_days}, **(bot_settings or {})}))
     bot = Assistant(config, AsyncEngine(engine))
     await bot.start(warm_up=False)
     clients: list[DiscordClient] = []

@@ -795,7 +795,7 @@ def test_people_are_looked_up_and_cached_briefly() -> None:
             slack.add_user(ANA, "Ana", admin=True)
             slack.add_user(BEN, "Ben", owner=True)
             now = [0.0]
-            people = People(AsyncWebClient(token=slack.bot_token, base_url=slack.base_url), ttl_s=60,
+            people = People(AsyncWebClient(token=slack.bot_token, base_url=slack.base_url), TEAM, ttl_s=60,
                             clock=lambda: now[0])
             ana = await people.get(ANA)
             assert (ana.name, ana.manages_channel) == ("Ana", True)

@@ -90,7 +90,7 @@ def test_thumbs_down_opens_the_form_and_its_reason_is_stored_with_the_answer(eng
 
         view = await open_form(slack, BEN, posted, answer_id)
         assert view["callback_id"] == CALLBACK_FEEDBACK and view["title"]["text"] == "What was wrong?"
-        assert json.loads(view["private_metadata"]) == {"answer": answer_id, "team": TEAM, "channel": CHANNEL,
+        assert json.loads(view["private_metadata"]) == {"answer": answer_id, "channel": CHANNEL,
                                                         "thread": asked["ts"]}
         labels = [b["label"]["text"] for b in view["blocks"]]
         assert labels[0] == "What was wrong?" and labels[1].startswith("The right answer (optional")
@@ -189,12 +189,12 @@ def test_the_form_and_its_submission_translate_without_trusting_the_payload() ->
     body = {"type": "view_submission", "user": {"id": ANA}, "team": {"id": TEAM},
             "view": {"callback_id": CALLBACK_FEEDBACK, "private_metadata": view["private_metadata"],
                      "state": {"values": values}}}
-    form = submission(body)
+    form = submission(body, TEAM)
     assert form == Submission(Origin(TEAM, CHANNEL, ANA, thread_ts="1.0"), "a1", "Outdated.", "")
     assert feedback(form, Person(ANA)) == Feedback(key(), Person(ANA), "a1", "Outdated.", "")
     for odd in ({}, {"type": "view_submission"}, {**body, "view": "x"}, {**body, "user": None},
                 {**body, "view": {**body["view"], "private_metadata": None}},
                 {**body, "view": {**body["view"], "private_metadata": '{"answer": 5, "channel": "C1"}'}},
                 {**body, "view": {**body["view"], "state": "garbled"}}):
-        result = submission(odd)
+        result = submission(odd, TEAM)
         assert result is None or (result.reason, result.correction) == ("", ""), odd

@@ -26,7 +26,7 @@ def test_the_manifest_matches_the_adapter() -> None:
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     # One scope per Web API method the adapter calls (and for the events above).
     needed = {"chat:write", "commands", "files:read", "files:write", "reactions:write", "users:read",
-              "channels:history", "im:history", "pins:read", "app_mentions:read", "im:write", "channels:read",
-              "groups:read"}
+              "channels:history", "im:history", "pins:read", "app_mentions:read", "im:write",
+              "channels:read", "groups:read", "im:read", "mpim:read"}  # conversations.info (Slack Connect)
     assert needed <= scopes
     assert manifest["features"]["app_home"]["messages_tab_enabled"] is True

@@ -215,16 +215,20 @@ def test_a_pinned_thread() -> None:
 
 
 def test_people() -> None:
-    user = {"id": "U1", "name": "ana", "real_name": "Ana Real", "is_admin": False, "is_owner": True,
+    user = {"id": "U1", "team_id": "T1", "name": "ana", "real_name": "Ana Real", "is_admin": False, "is_owner": True,
             "profile": {"display_name": "", "real_name": "Ana R."}}
-    assert translate.person_from_user(user) == Person("U1", "Ana R.", True)
-    assert translate.person_from_user({"name": "bo"}, "U2") == Person("U2", "bo", False)
+    assert translate.person_from_user(user, "T1") == Person("U1", "Ana R.", True)
+    assert translate.person_from_user({"name": "bo"}, "T1", "U2") == Person("U2", "bo", False)
+    # An owner of another organisation (a Slack Connect guest) manages nothing here.
+    assert translate.person_from_user({**user, "team_id": "T9"}, "T1") == Person("U1", "Ana R.", False)
 
 
 def test_slash_commands() -> None:
     body = {"team_id": "T1", "channel_id": "C1", "user_id": "UANA", "text": "  Forget 3f9a1c2b7d  "}
-    assert translate.command(body, ANA) == Command(ChannelKey("slack", "T1", "C1"), ANA, "forget", "3f9a1c2b7d")
-    assert translate.command({**body, "text": ""}, ANA).name == "help"
+    assert translate.command(body, ANA, "T1") == Command(ChannelKey("slack", "T1", "C1"), ANA, "forget", "3f9a1c2b7d")
+    assert translate.command({**body, "text": ""}, ANA, "T1").name == "help"
+    # Typed by someone of another organisation: the channel is still the installing workspace's.
+    assert translate.command({**body, "team_id": "T9"}, ANA, "T1").channel == ChannelKey("slack", "T1", "C1")
 
 
 def test_buttons() -> None:
@@ -235,10 +239,11 @@ def test_buttons() -> None:
     key = ChannelKey("slack", "T1", "C1")
 
     def event(payload: dict[str, Any]) -> Command | Vote | None:
-        click = translate.read_click(payload)
+        click = translate.read_click(payload, "T1")
         return click.event(ANA) if click is not None else None
 
     assert event(body) == Command(key, ANA, "node", "s1.abc", thread="5.000001")
+    assert event({**body, "team": {"id": "T9"}}) == Command(key, ANA, "node", "s1.abc", thread="5.000001")
     up = {**body, "actions": [{"action_id": ACTION_VOTE_UP, "value": "a1"}]}
     assert event(up) == Vote(key, ANA, "a1", True)
     down = {**body, "actions": [{"action_id": ACTION_VOTE_DOWN, "value": "a1"}]}
@@ -252,16 +257,16 @@ def test_a_click_is_read_once_with_how_to_answer_it() -> None:
             "container": {"type": "message", "message_ts": "5.000002", "channel_id": "C1", "thread_ts": "5.000001"},
             "trigger_id": "t-1", "response_url": "https://hooks.slack.test/r/1",
             "actions": [{"action_id": ACTION_VOTE_DOWN, "value": " a1 ", "type": "button"}]}
-    click = translate.read_click(body)
+    click = translate.read_click(body, "T1")
     assert click == translate.Click(Origin("T1", "C1", "UBEN", "5.000002", "5.000001"), ACTION_VOTE_DOWN,
                                     "a1", "https://hooks.slack.test/r/1", "t-1")
     assert click.form_answer == "a1"  # a 👎 opens the feedback form about its answer
-    up = translate.read_click({**body, "actions": [{"action_id": ACTION_VOTE_UP, "value": "a1"}]})
+    up = translate.read_click({**body, "actions": [{"action_id": ACTION_VOTE_UP, "value": "a1"}]}, "T1")
     assert up is not None and up.form_answer == ""
     # A click nowhere (no channel), or on nothing of ours, is no click of the bot's.
-    assert translate.read_click({**body, "container": {}}) is None
-    assert translate.read_click({**body, "actions": "garbled"}) is None
-    assert translate.read_click({}) is None
+    assert translate.read_click({**body, "container": {}}, "T1") is None
+    assert translate.read_click({**body, "actions": "garbled"}, "T1") is None
+    assert translate.read_click({}, "T1") is None
 
 
 def test_login_pages_and_failure_notes() -> None:
