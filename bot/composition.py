@@ -106,7 +106,7 @@ def open_store(config: Config) -> ChromaStore:
             chroma.host, chroma.port, chroma.ssl,
             token=chroma.token.get_secret_value(), token_header=chroma.token_header,
             username=chroma.username, password=chroma.password.get_secret_value(),
-            tenant=chroma.tenant, database=chroma.database,
+            tenant=chroma.tenant, database=chroma.database, timeout_s=chroma.timeout_s,
         )
     lock = lock_data_dir(config.data_dir)
     store = ChromaStore.embedded(config.data_dir / "chroma")
