@@ -12,8 +12,8 @@ answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
@@ -22,6 +22,7 @@ from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingA
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
+from raptor_engine.threads import in_thread
 from raptor_engine.types import Answer, ChannelKey, Hit
 
 
@@ -37,8 +38,11 @@ class Questions:
         gate: ForegroundGate,
         leaf_profile: str,
         settings: RetrievalSettings,
+        threads: Executor | None = None,
     ) -> None:
-        """``channels`` opens a channel's store; ``settings`` are used when a call gives none."""
+        """``channels`` opens a channel's store; ``settings`` are used when a call gives none;
+        ``threads`` runs the blocking steps of ``answer`` and ``answer_stream`` (None: the
+        running loop's default executor)."""
         self._channels = channels
         self._embedder = embedder
         self._answerer = answerer
@@ -46,6 +50,7 @@ class Questions:
         self._gate = gate
         self._leaf_profile = leaf_profile
         self._settings = settings
+        self._threads = threads
 
     @property
     def streams(self) -> bool:
@@ -61,9 +66,9 @@ class Questions:
         """An answer to ``question`` from the channel's material, citing the nodes it used; the
         offline answerer also hears the question's scope."""
         with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+            found = await in_thread(self._threads, self._retrieval, key, question, settings)
             if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                return await self._answerer.answer(question, found.hits, found.scope)
+                return await in_thread(self._threads, self._answerer.answer_now, question, found.hits, found.scope)
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
         return await self._answerer.answer(question, found.hits)
 
@@ -73,7 +78,7 @@ class Questions:
         if not isinstance(self._answerer, StreamingAnswerer):
             return _Answered(await self.answer(key, question, settings))
         with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+            found = await in_thread(self._threads, self._retrieval, key, question, settings)
         # As in answer(): a remote model's answer is a wait, not work on our CPU.
         return self._answerer.answer_stream(question, found.hits)
 
