@@ -16,9 +16,11 @@ Each part's module states its own contracts. Those of the whole:
 - Every blocking engine call runs in a worker thread (through ``bot.engine_calls``),
   so questions are answered while a rebuild runs.
 - It never fails silently. Errors written for people (``RaptorError``,
-  ``BotError``) become an ERROR reply carrying their message. Anything else is
-  logged with ``log.exception`` and a short reference id, and becomes an ERROR
-  reply naming that reference, so an operator can find the full story.
+  ``BotError``) become an ERROR reply carrying their message. A store error (Chroma failed,
+  or did not answer within ``chroma.timeout_s``) is the operator's to fix: its reply also
+  names a short reference id, logged with it as a warning. Anything else is logged with
+  ``log.exception`` and a reference, and becomes an ERROR reply naming that reference, so an
+  operator can find the full story.
 """
 
 from __future__ import annotations
@@ -33,14 +35,14 @@ from bot.command_handling import CommandHandling
 from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
-from bot.errors import BotError, log_failure
+from bot.errors import BotError, log_failure, new_reference
 from bot.feedback_handling import FeedbackHandling
 from bot.neutral import Command, Event, Feedback, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.observability.log_format import channel_context
 from bot.observability.metrics import Metrics
 from bot.question_handling import QuestionHandling
 from bot.source_handling import SourceHandling
-from raptor_engine import RaptorError
+from raptor_engine import RaptorError, StoreError
 
 if TYPE_CHECKING:
     from bot.rebuilds.service import RebuildService
@@ -89,6 +91,12 @@ class ChatHandler:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.
         Errors written for people carry their message; anything else a logged reference."""
         thread = getattr(event, "thread", "")
+        if isinstance(exc, StoreError):
+            self.metrics.count_error(type(exc).__name__)
+            reference = new_reference()
+            log.warning("%s failed on the store (reference %s): %s", type(event).__name__, reference, exc,
+                        extra={"reference": reference})
+            return Reply(ReplyKind.ERROR, replies.store_error_text(exc, reference), reference=reference, thread=thread)
         if isinstance(exc, (RaptorError, BotError)):
             log.info("%s refused: %s", type(event).__name__, exc)
             self.metrics.count_error(type(exc).__name__)
