@@ -377,7 +377,8 @@ def run_worker(config: Config) -> int:
 
     _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)
-    leases = ChannelLeases(link, config.coordination.lease_s)
+    # A build stuck past coordination.stall_s lets its lease run out, so another worker may build.
+    leases = ChannelLeases(link, config.coordination.lease_s, stall_s=config.coordination.stall_s)
     # Each job holds the lease; the engine's calls run on a bounded pool of their own.
     engine = AsyncEngine(build_engine(config, clusters_soon=True, guard=HeldLeases(leases), threads=engine_threads()))
     metrics = Metrics()
