@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit, urlunsplit
@@ -107,7 +109,7 @@ def open_store(config: Config) -> ChromaStore:
             chroma.host, chroma.port, chroma.ssl,
             token=chroma.token.get_secret_value(), token_header=chroma.token_header,
             username=chroma.username, password=chroma.password.get_secret_value(),
-            tenant=chroma.tenant, database=chroma.database,
+            tenant=chroma.tenant, database=chroma.database, timeout_s=chroma.timeout_s,
         )
     lock = lock_data_dir(config.data_dir)
     store = ChromaStore.embedded(config.data_dir / "chroma")
@@ -177,14 +179,17 @@ def llm_settings(config: Config) -> LLMSettings:
     )
 
 
-def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGuard | None = None) -> Engine:
+def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGuard | None = None,
+                 threads: Executor | None = None) -> Engine:
     """The engine the configuration describes: the offline defaults, with the
     language model summarising and answering where ``llm.base_url`` is set, and
     embedding through its API where ``embedder.provider`` is ``api``. With
     ``clusters_soon`` (a one-shot rebuild), the clustering worker starts at once and
     the embedding model loads on a thread, so that the worker's start, loading the
     model and the first clustering overlap instead of following one another. ``guard``
-    replaces the configuration's build guard (a rebuild worker's checks the lease each job holds)."""
+    replaces the configuration's build guard (a rebuild worker's checks the lease each job holds).
+    ``threads`` is the engine's own executor (:func:`bot.engine_calls.engine_threads` for a
+    process serving coroutines; None for the one-shot commands, which call the engine directly)."""
     settings = engine_settings(config)
     log.info("%s", describe_models(config))
     store = open_store(config)
@@ -202,7 +207,7 @@ def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGua
         summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
         answerer = ExtractiveAnswerer(embedder, ExtractiveSettings(summary_chars=config.retrieval.summary_chars))
     return Engine(store, embedder, counter, summarizer, answerer, settings,
-                  build_guard=guard or build_guard(config))
+                  build_guard=guard or build_guard(config), threads=threads)
 
 
 def _local_embedder(config: Config, clusters_soon: bool) -> tuple[Embedder, TokenCounter]:
@@ -253,13 +258,15 @@ def build_guard(config: Config) -> BuildGuard | None:
 
 
 async def open_bot(config: Config) -> Assistant:
-    """The bot the configuration describes, not started yet. Building the engine loads
-    the embedding model (seconds), so it happens in a worker thread."""
-    from bot.engine_calls import AsyncEngine
+    """The bot the configuration describes, not started yet, its engine calls on a bounded pool
+    of their own (``bot.engine_calls``). Building the engine loads the embedding model
+    (seconds), so it happens in a worker thread."""
+    from bot.engine_calls import AsyncEngine, engine_threads
     from bot.runtime import Assistant  # the chat side: not loaded by the one-shot commands
 
     limit_heap_growth()  # before the engine starts its threads: a bot runs for months
-    engine = AsyncEngine(await asyncio.to_thread(build_engine, config))  # the chat side's one way to the engine
+    built = await asyncio.to_thread(functools.partial(build_engine, config, threads=engine_threads()))
+    engine = AsyncEngine(built)  # the chat side's one way to the engine
     if not config.coordination.enabled:
         return Assistant(config, engine)
     from bot.front_end import front_end
@@ -286,6 +293,8 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
     The bot stops before the adapters close, so that people whose rebuild was interrupted
     are told while the platforms can still carry the message. ``say`` tells the operator
     at the terminal what happens (starting, serving, stopped)."""
+    from bot.runtime import THREADS_GRACE_S
+
     if all(adapter.ends_on_its_own for adapter in adapters):
         say(replies.SESSION_STARTING)
     else:
@@ -308,6 +317,7 @@ async def serve(config: Config, adapters: Sequence[Adapter], say: Callable[[str]
         await asyncio.gather(*tasks, return_exceptions=True)
         if health is not None:
             await health.stop()
+        await bot.calls.finish(THREADS_GRACE_S)  # an upload being stored should be stored
         say(replies.SESSION_ENDED)
 
 
@@ -320,7 +330,7 @@ async def _serve_health(config: Config, bot: Assistant) -> HealthServer | None:
 
     server = HealthServer(bot.metrics)
     link = bot.front_end.link if bot.front_end is not None else None
-    add_probes(server, config, bot.calls, link)
+    add_probes(server, config, bot.engine, link)
     if bot.front_end is not None:
         bot.metrics.watch_queue(bot.front_end.rebuilds.depth)
     port = await server.start(config.observability.host, config.observability.port)
@@ -359,7 +369,7 @@ def run_worker(config: Config) -> int:
                           "(and chroma.host); with neither, `python -m bot serve` rebuilds in its own process")
     from bot.coordination.lease import ChannelLeases, HeldLeases
     from bot.coordination.link import RedisLink
-    from bot.engine_calls import AsyncEngine
+    from bot.engine_calls import AsyncEngine, engine_threads
     from bot.observability.endpoints import HealthServer
     from bot.observability.metrics import Metrics
     from bot.observability.probes import add_probes
@@ -368,13 +378,15 @@ def run_worker(config: Config) -> int:
 
     _yield_cpu_to_front_ends()
     link = RedisLink(config.coordination)
-    leases = ChannelLeases(link, config.coordination.lease_s)
-    engine = AsyncEngine(build_engine(config, clusters_soon=True, guard=HeldLeases(leases)))  # each job holds the lease
+    # A build stuck past coordination.stall_s lets its lease run out, so another worker may build.
+    leases = ChannelLeases(link, config.coordination.lease_s, stall_s=config.coordination.stall_s)
+    # Each job holds the lease; the engine's calls run on a bounded pool of their own.
+    engine = AsyncEngine(build_engine(config, clusters_soon=True, guard=HeldLeases(leases), threads=engine_threads()))
     metrics = Metrics()
     server = None
     if config.observability.port:
         server = HealthServer(metrics)
-        add_probes(server, config, engine, link)
+        add_probes(server, config, engine.engine, link)
         metrics.watch_queue(RebuildQueue(link, config.coordination.job_timeout_s).depth)
         port = server.start_in_thread(config.observability.host, config.observability.port)
         log.info("metrics and health checks on %s:%d", config.observability.host, port)

@@ -43,7 +43,8 @@ class ChromaConfig(_Section):
     A secured server or hosted Chroma takes a ``token`` (sent as ``Authorization:
     Bearer``, or as ``X-Chroma-Token`` with ``token_header``) or a ``username`` and
     ``password`` (HTTP basic), and the ``tenant`` and ``database`` to work in; all of
-    these need ``host`` (embedded Chroma has no authentication)."""
+    these need ``host`` (embedded Chroma has no authentication). Each request to a server is
+    given up after ``timeout_s`` (the store's error then says it did not answer in time)."""
 
     host: str | None = None
     port: int = Field(default=8000, ge=1, le=65535)
@@ -54,6 +55,7 @@ class ChromaConfig(_Section):
     password: SecretStr = SecretStr("")
     tenant: str = Field(default="default_tenant", min_length=1)
     database: str = Field(default="default_database", min_length=1)
+    timeout_s: float = Field(default=defaults.STORE_TIMEOUT_S, gt=0, le=600)
 
     @model_validator(mode="after")
     def _one_way_to_sign_in(self) -> ChromaConfig:

@@ -27,6 +27,8 @@ class CoordinationConfig(BaseModel):
     namespace: str = Field(default="raptor", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     event_ttl_s: int = Field(default=3600, ge=60, le=7 * 24 * 3600)  # how long an event id is remembered
     lease_s: float = Field(default=30.0, ge=2, le=3600)  # a rebuild's lease on its channel; renewed at a third
+    # A worker's build that reports no progress for this long stops renewing its lease (it is stuck).
+    stall_s: float = Field(default=900.0, ge=10, le=7 * 24 * 3600)
     sweep_every_s: float = Field(default=10.0, ge=0.5, le=3600)  # how often lost rebuild requests are looked for
     job_timeout_s: int = Field(default=4 * 3600, ge=60, le=7 * 24 * 3600)  # the queue library's limit per build
     connect_timeout_s: float = Field(default=2.0, gt=0, le=60)

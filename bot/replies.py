@@ -39,6 +39,7 @@ from bot.texts.requests import (
     rebuild_limit_text,
     refusal_text,
     source_cap_text,
+    store_error_text,
     stored_cap_text,
     unexpected_text,
     unknown_channel_text,
@@ -93,7 +94,8 @@ __all__ = [
     "layers_text", "megabytes", "model_budget_text", "node_text", "outline_text", "progress_text",
     "question_limit_text", "rebuild_failed_text", "rebuild_limit_text", "refusal_text",
     "rejected_text", "report_sentence", "report_text", "sample_text", "short_id",
-    "source_cap_text", "source_choice_text", "sources_text", "stats_text", "status_text", "stored_cap_text",
+    "source_cap_text", "source_choice_text", "sources_text", "stats_text", "status_text", "store_error_text",
+    "stored_cap_text",
     "too_large_text", "unexpected_text", "unknown_channel_text", "unpin_kept_text", "unpinned_text", "updated_text",
     "upload_budget_text", "upload_limit_text", "usage_text", "vote_text", "when",
 ]

@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "RaptorError": "errors", "RejectReason": "errors", "DocumentRejected": "errors", "ChannelError": "errors",
     "NothingToBuild": "errors", "NoMaterial": "errors", "NodeNotFound": "errors", "BuildError": "errors", "BuildBusy": "errors", "BuildSuperseded": "errors", "BuildHeldBack": "errors",
     "SpendingLimitReached": "errors", "ProviderError": "errors", "StoreError": "errors",
-    "StoreUnavailable": "errors", "ModelRequestRejected": "errors", "ModelBadResponse": "errors",
+    "StoreUnavailable": "errors", "StoreTimeout": "errors", "ModelRequestRejected": "errors", "ModelBadResponse": "errors",
     "ModelUnavailable": "errors", "ModelTimeout": "errors",
 }
 __all__ = [
@@ -52,8 +52,8 @@ __all__ = [
     "ModelBadResponse", "ModelRequestRejected", "ModelTimeout", "ModelUnavailable", "ModelUsage", "NoMaterial", "Node", "NodeNotFound",
     "NodeView", "NothingToBuild", "OpenAIEmbedder", "ProgressCallback", "ProviderError", "RaptorError",
     "RejectReason", "RetrievalMode", "RetrievalSettings", "SUPPORTED_SUFFIXES", "SentenceTransformerEmbedder",
-    "Source", "SourceKind", "SpendingLimitReached", "StreamingAnswerer", "SpendingLimits", "StoreError", "StoreUnavailable",
-    "Summarizer", "TokenCounter", "TreeStats", "channel_digest", "default_model_path", "prestart_clustering",
+    "Source", "SourceKind", "SpendingLimitReached", "StreamingAnswerer", "SpendingLimits", "StoreError", "StoreTimeout",
+    "StoreUnavailable", "Summarizer", "TokenCounter", "TreeStats", "channel_digest", "default_model_path", "prestart_clustering",
     "metered", "quote", "stop_worker_processes", "use_numba_cache_dir", "warm_up_clustering",
 ]  # the same names as _EXPORTS (tests/raptor_engine/test_public_api.py checks)
 
@@ -94,6 +94,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
         RejectReason,
         SpendingLimitReached,
         StoreError,
+        StoreTimeout,
         StoreUnavailable,
     )
     from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbedder

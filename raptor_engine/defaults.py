@@ -42,6 +42,9 @@ PER_LAYER_RANGE = (1, 100)
 SUMMARY_CHARS = 600  # offline answers: the summary leading a broad answer is cut to this
 SUMMARY_CHARS_RANGE = (80, 10_000)
 
+# -- a Chroma server ----------------------------------------------------------------
+STORE_TIMEOUT_S = 10.0  # each request to a Chroma server is given up after this long
+
 # -- a language model (OpenAI-compatible endpoint) ----------------------------------
 LLM_MAX_CONCURRENCY = 8
 LLM_TIMEOUT_S = 60.0

@@ -14,7 +14,7 @@ loading files, forgetting, notes, and the public contract of each call. Engines 
 composed in one place, the application's composition root.
 
 Synchronous methods do blocking work (embedding, Chroma calls): async callers
-should run them in a worker thread. ``rebuild``, ``answer`` and ``answer_stream`` are
+should run them in a worker thread, such as the engine's own (``in_threads``). ``rebuild``, ``answer`` and ``answer_stream`` are
 coroutines because summarisers and answerers may call a language model; their CPU-heavy
 stages run in worker threads, so an event loop stays responsive. ``answer_stream`` gives
 a language model's answer as it is written (``streams_answers`` says whether the answerer
@@ -24,8 +24,11 @@ can); the offline answerer's answers are not streamed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from raptor_engine import defaults
 from raptor_engine.answer_check import SUPPORT_THRESHOLD
@@ -48,6 +51,7 @@ from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS
+from raptor_engine.threads import in_thread
 from raptor_engine.tree import ProgressCallback
 from raptor_engine.types import (
     Answer,
@@ -64,6 +68,7 @@ from raptor_engine.types import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +100,13 @@ class Engine:
         answerer: Answerer,
         settings: EngineSettings = EngineSettings(),
         build_guard: BuildGuard | None = None,
+        threads: Executor | None = None,
     ) -> None:
-        """``build_guard``, where given, is held around every rebuild (see :class:`BuildGuard`)."""
+        """``build_guard``, where given, is held around every rebuild (see :class:`BuildGuard`).
+        ``threads`` runs the blocking steps of ``answer`` and ``answer_stream`` and whatever
+        :meth:`in_threads` is given (None: the running event loop's default executor); a caller
+        bounds it to bound what a store that stops answering can hold."""
+        self._threads = threads
         self._store = store
         self._embedder = embedder
         self._summarizer = summarizer
@@ -122,12 +132,21 @@ class Engine:
             build_guard=build_guard,
         )
         self._questions = Questions(self._channel, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
-                                    settings.retrieval, settings.support_threshold)
+                                    settings.retrieval, settings.support_threshold, threads)
         self._kept = KeptAnswers(self._writers)
 
     @property
     def store(self) -> ChromaStore:
         return self._store
+
+    @property
+    def threads(self) -> Executor | None:
+        """The executor given as ``threads`` (None: the running loop's default is used)."""
+        return self._threads
+
+    async def in_threads(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` (a blocking call of this engine) on the engine's ``threads``, awaited."""
+        return await in_thread(self._threads, work, *args)
 
     def _channel(self, key: ChannelKey) -> ChannelStore:
         return self._writers.channel(key)

@@ -19,6 +19,7 @@ are translated where they enter, so a caller needs to catch only this tree::
     │       └── ModelTimeout      ... or did not answer within the timeout
     └── StoreError            the Chroma store failed
         └── StoreUnavailable  the Chroma store cannot be reached at all
+            └── StoreTimeout  ... or did not answer within its deadline
 
 Messages are written for the person who caused them: one sentence, no
 traceback needed to understand it.
@@ -140,6 +141,11 @@ class StoreError(RaptorError):
 
 class StoreUnavailable(StoreError):
     """The Chroma store cannot be reached (server down, path unusable)."""
+
+
+class StoreTimeout(StoreUnavailable):
+    """A Chroma server did not answer a request within its deadline (paused, overloaded, or
+    its packets silently dropped): the call was given up, the server may still carry it out."""
 
 
 class ModelRequestRejected(ProviderError):

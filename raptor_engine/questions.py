@@ -12,8 +12,8 @@ answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
 
 from raptor_engine.answer_check import SUPPORT_THRESHOLD, Evidence, check_answer
 from raptor_engine.answering import ExtractiveAnswerer
@@ -23,6 +23,7 @@ from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingA
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
+from raptor_engine.threads import in_thread
 from raptor_engine.types import Answer, ChannelKey, Hit, Node
 
 EVIDENCE_LEAVES = 400  # excerpts read under one cited summary: a root may span a whole source
@@ -41,9 +42,12 @@ class Questions:
         leaf_profile: str,
         settings: RetrievalSettings,
         support_threshold: float = SUPPORT_THRESHOLD,
+        threads: Executor | None = None,
     ) -> None:
         """``channels`` opens a channel's store; ``settings`` are used when a call gives none;
-        ``support_threshold`` is the share of a sentence's words its cited nodes must hold."""
+        ``support_threshold`` is the share of a sentence's words its cited nodes must hold;
+        ``threads`` runs the blocking steps of ``answer`` and ``answer_stream`` (None: the
+        running loop's default executor)."""
         self._channels = channels
         self._embedder = embedder
         self._answerer = answerer
@@ -52,6 +56,7 @@ class Questions:
         self._leaf_profile = leaf_profile
         self._settings = settings
         self._support_threshold = support_threshold
+        self._threads = threads
 
     @property
     def streams(self) -> bool:
@@ -68,13 +73,13 @@ class Questions:
         quotes verified and its sentences checked (``answer_check.py``); the offline answerer
         also hears the question's scope."""
         with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+            found = await in_thread(self._threads, self._retrieval, key, question, settings)
             if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                answer = await self._answerer.answer(question, found.hits, found.scope)
-                return await asyncio.to_thread(self._checked, key, question, answer)
+                answer = await in_thread(self._threads, self._answerer.answer_now, question, found.hits, found.scope)
+                return await in_thread(self._threads, self._checked, key, question, answer)
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
         answer = await self._answerer.answer(question, found.hits)
-        return await asyncio.to_thread(self._checked, key, question, answer)
+        return await in_thread(self._threads, self._checked, key, question, answer)
 
     async def answer_stream(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> AnswerStream:
         """The answer as it is written; retrieval is done (and fails) here, the model is asked
@@ -82,10 +87,10 @@ class Questions:
         if not isinstance(self._answerer, StreamingAnswerer):
             return _Answered(await self.answer(key, question, settings))
         with self._gate.foreground():
-            found = await asyncio.to_thread(self._retrieval, key, question, settings)
+            found = await in_thread(self._threads, self._retrieval, key, question, settings)
         # As in answer(): a remote model's answer is a wait, not work on our CPU.
         stream = self._answerer.answer_stream(question, found.hits)
-        return _Checked(stream, lambda answer: asyncio.to_thread(self._checked, key, question, answer))
+        return _Checked(stream, lambda answer: in_thread(self._threads, self._checked, key, question, answer))
 
     def _checked(self, key: ChannelKey, question: str, answer: Answer) -> Answer:
         """``answer`` checked against the nodes it cites (see ``answer_check.py``)."""

@@ -215,8 +215,20 @@ class ChromaServer:
                 raise RuntimeError(f"chroma run did not start on port {self.port}")
             time.sleep(0.2)
 
+    def pause(self) -> None:
+        """Stops the server with SIGSTOP: it keeps its port and takes connections (the kernel
+        does), but answers nothing, as a hung or silently cut-off server does."""
+        if self._popen is not None:
+            self._popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Lets a paused server go on (SIGCONT); harmless on one that runs."""
+        if self._popen is not None and self._popen.poll() is None:
+            self._popen.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self._popen is not None:
+            self.resume()  # a stopped process would take SIGTERM only once continued
             terminate(self._popen)
         self._popen = None
 

@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor
 from functools import cache
 from pathlib import Path
 
@@ -97,14 +98,16 @@ def store(tmp_path: Path) -> ChromaStore:
     return ChromaStore.embedded(tmp_path / "chroma")
 
 
-def make_engine(store: ChromaStore, embedder: SentenceTransformerEmbedder, settings: EngineSettings = EngineSettings()) -> Engine:
-    """An engine on the offline defaults, sharing the session's loaded model."""
+def make_engine(store: ChromaStore, embedder: SentenceTransformerEmbedder, settings: EngineSettings = EngineSettings(),
+                threads: Executor | None = None) -> Engine:
+    """An engine on the offline defaults, sharing the session's loaded model (its calls on
+    ``threads``, as ``Engine`` takes them)."""
     from raptor_engine.answering import ExtractiveAnswerer
     from raptor_engine.summarizing import ExtractiveSummarizer
 
     counter = embedder.token_counter()
     return Engine(store, embedder, counter, ExtractiveSummarizer(counter, settings.summary_tokens),
-                  ExtractiveAnswerer(embedder), settings)
+                  ExtractiveAnswerer(embedder), settings, threads=threads)
 
 
 @pytest.fixture

@@ -56,6 +56,10 @@ DOCUMENTED_PRIVATE = {
 ALLOWED_PRIVATE_GETATTR = {
     ("raptor_engine.numba_cache", "_cache"): "numba's dispatchers tell whether on-disk caching is on by no other "
                                              "means, and switching it on twice would compile twice",
+    ("raptor_engine.store.deadline", "_server"): "chromadb 1.5 makes its HTTP session without a timeout and has no "
+                                                 "setting for one; its session is the one place to put the store's "
+                                                 "deadline (a chromadb that moved it fails at open)",
+    ("raptor_engine.store.deadline", "_session"): "the same: httpx's public Client.timeout, on chromadb's session",
 }
 
 

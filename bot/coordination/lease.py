@@ -14,6 +14,13 @@ carries this holder's token and has at least ``margin`` left, else raises
 ``BuildSuperseded``. The margin covers the moment between that check and the store's
 write; a pause longer than the margin inside those few lines is the one case the check
 cannot see, and the store's own rule (only a newer complete tree is served) still holds.
+
+A worker that lives but whose build is stuck (a call that never returns) would renew its
+lease for ever, and no other worker could build the channel. With ``stall_s`` (the worker's
+``coordination.stall_s``), the holder reports its build's progress (:meth:`Held.progressed`,
+from the build's progress callback) and the renewing thread stops renewing once no progress
+came for ``stall_s``: the lease then runs out ``lease_s`` later, another worker may take the
+channel, and the stuck build, should it come back, cannot serve its tree (``confirm``).
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from bot.coordination.link import CoordinationDown, RedisLink, describe
-from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey, channel_digest
+from raptor_engine import BuildBusy, BuildProgress, BuildSuperseded, ChannelKey, channel_digest
 
 log = logging.getLogger(__name__)
 
@@ -57,25 +65,35 @@ def holder_name() -> str:
 
 @dataclass(slots=True)
 class Held:
-    """A lease this process holds: its value (token and holder), and whether it was seen lost."""
+    """A lease this process holds: its value (token and holder), whether it was seen lost, and
+    when its build last made progress (monotonic seconds)."""
 
     key: ChannelKey
     value: str
     lost: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
+    progressed_at: float = field(default_factory=time.monotonic)
 
     @property
     def token(self) -> int:
         return int(self.value.split("|", 1)[0])
 
+    def progressed(self, event: BuildProgress | None = None) -> None:
+        """The build under this lease moved on (a ``ProgressCallback``: callable from any thread)."""
+        self.progressed_at = time.monotonic()
+
 
 class ChannelLeases:
     """The leases of one process; implements the engine's ``BuildGuard`` (a one-shot rebuild
     takes the lease around its build). One hold per channel: holding a lease this process
-    holds already raises ``BuildBusy`` like another holder's would."""
+    holds already raises ``BuildBusy`` like another holder's would. With ``stall_s``, a lease
+    whose build made no progress for that long is no longer renewed (see the module docstring);
+    None renews it for as long as it is held."""
 
-    def __init__(self, link: RedisLink, lease_s: float, holder: str | None = None) -> None:
+    def __init__(self, link: RedisLink, lease_s: float, holder: str | None = None,
+                 stall_s: float | None = None) -> None:
         self._link = link
+        self._stall_s = stall_s
         self._lease_ms = int(lease_s * 1000)
         self._margin_ms = max(self._lease_ms // 3, 500)
         self._holder = holder or holder_name()
@@ -144,6 +162,8 @@ class ChannelLeases:
     def _renew_until_released(self, held: Held) -> None:
         lease_key = self.lease_key(held.key)
         while not held.stop.wait(self._lease_ms / 3000):
+            if self._stalled(held):
+                return
             try:
                 renewed = self._link.run_sync(
                     lambda r: r.eval(_RENEW, 1, lease_key, held.value, self._lease_ms)
@@ -153,6 +173,18 @@ class ChannelLeases:
             if not renewed and not held.lost:
                 held.lost = True
                 log.warning("channel %s: lease (token %d) lost; this build will not be served", held.key, held.token)
+
+    def _stalled(self, held: Held) -> bool:
+        """Whether ``held``'s build made no progress for ``stall_s`` (then logged, and its lease left to run out)."""
+        if self._stall_s is None:
+            return False
+        idle = time.monotonic() - held.progressed_at
+        if idle <= self._stall_s:
+            return False
+        log.warning("channel %s: the build made no progress for %.0f s; its lease (token %d) is no longer renewed "
+                    "and runs out within %.0f s, so another worker may build the channel", held.key, idle, held.token,
+                    self._lease_ms / 1000)
+        return True
 
     def _let_go(self, held: Held) -> None:
         with self._lock:

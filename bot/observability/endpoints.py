@@ -4,7 +4,10 @@
 * ``GET /healthz``: 200 ``ok`` whenever the server's event loop answers (liveness);
 * ``GET /readyz``: runs every readiness probe concurrently, each under a timeout; 200 when all
   returned True, else 503; the body is ``{"ready": bool, "checks": {name: status}}`` with status
-  ``ok``, ``failing`` (returned False), ``timeout`` or ``error`` (raised).
+  ``ok``, ``failing`` (returned False), ``timeout`` or ``error`` (raised). A probe is a blocking
+  check, run on a thread of its own and never twice at once (:class:`SingleFlight`): a check
+  still running when the next ``/readyz`` comes is waited on again, not started anew, so a hung
+  server holds one thread per probe whatever the orchestrator does, and none of any executor.
 
 Two ways to run it:
 
@@ -12,9 +15,8 @@ Two ways to run it:
   (the bot's front end);
 * :meth:`HealthServer.start_in_thread` / :meth:`HealthServer.stop_thread` for a process whose
   main thread is busy with blocking work (a queue worker): the server gets its own event loop
-  in a daemon thread. Probes then run on *that* loop, so they must not await objects bound to
-  another loop (an aiohttp session, a lock or queue of the main loop); ``/healthz`` then only
-  shows that the server's thread is alive, not the main thread.
+  in a daemon thread; ``/healthz`` then only shows that the server's thread is alive, not the
+  main thread.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
 from bot.observability.metrics import CONTENT_TYPE, Metrics
+from bot.observability.single_flight import SingleFlight
 
 log = logging.getLogger(__name__)
 
-# A readiness check: True when the dependency it checks is usable.
-Probe = Callable[[], Awaitable[bool]]
+# A readiness check: True when the dependency it checks is usable. It blocks (it asks a server),
+# on a thread of its own; it should bound its own wait, so that its thread ends.
+Probe = Callable[[], bool]
 
 # How long start_in_thread waits for the server's loop to bind its port.
 THREAD_START_TIMEOUT = 10.0
@@ -47,14 +51,14 @@ class HealthServer:
     def __init__(self, metrics: Metrics, *, probe_timeout: float = 2.0) -> None:
         self._metrics = metrics
         self._probe_timeout = probe_timeout
-        self._probes: dict[str, Probe] = {}
+        self._probes: dict[str, SingleFlight] = {}
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
     def add_probe(self, name: str, probe: Probe) -> None:
         """Check ``probe`` on every ``/readyz`` as ``name`` (replacing a probe of that name)."""
-        self._probes[name] = probe
+        self._probes[name] = SingleFlight(name, probe)
 
     def _app(self) -> web.Application:
         app = web.Application()
@@ -141,13 +145,14 @@ class HealthServer:
     async def check_readiness(self) -> dict[str, str]:
         """Run every probe concurrently; each name -> ``ok``, ``failing``, ``timeout`` or ``error``."""
         probes = dict(self._probes)  # a snapshot: add_probe may run meanwhile from another thread
-        statuses = await asyncio.gather(*(self._check(name, probe) for name, probe in probes.items()))
+        statuses = await asyncio.gather(*(self._check(probe) for probe in probes.values()))
         return dict(zip(probes, statuses))
 
-    async def _check(self, name: str, probe: Probe) -> str:
+    async def _check(self, probe: SingleFlight) -> str:
+        name = probe.name
         try:
             async with asyncio.timeout(self._probe_timeout):
-                ok = await probe()
+                ok = await probe.run()
         except TimeoutError:
             log.debug("readiness probe %s timed out after %.1f s", name, self._probe_timeout)
             return "timeout"

@@ -1,32 +1,32 @@
 """The readiness probes of a process: the Chroma store, the coordination server, the model endpoint.
 
-Each probe is thread- and loop-agnostic (it runs its blocking check in a worker thread),
-so the same probes serve a front-end's server on its own loop and a worker's server on
-the server's thread.
+Each probe is a blocking check that bounds its own wait (the store's deadline,
+``chroma.timeout_s``; Redis's socket timeout; a connect timeout), which the health server
+runs on a thread of its own (``endpoints.py``): never on the engine's threads, whose calls a
+hung store would otherwise have to share with every probe.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from urllib.parse import urlsplit
 
 from bot.config import Config
 from bot.coordination.link import RedisLink
-from bot.engine_calls import AsyncEngine
 from bot.observability.endpoints import HealthServer
+from raptor_engine import Engine
 
 PROBE_CONNECT_S = 2.0
 
 
-def add_probes(server: HealthServer, config: Config, engine: AsyncEngine, link: RedisLink | None) -> None:
+def add_probes(server: HealthServer, config: Config, engine: Engine, link: RedisLink | None) -> None:
     """Adds ``chroma`` always, ``redis`` with coordination, ``model`` with a language model."""
     server.add_probe("chroma", engine.store_reachable)
     if link is not None:
-        server.add_probe("redis", lambda: asyncio.to_thread(link.ping_sync))
+        server.add_probe("redis", link.ping_sync)
     if config.llm.base_url:
         url = config.llm.base_url
-        server.add_probe("model", lambda: asyncio.to_thread(_accepts_connections, url))
+        server.add_probe("model", lambda: _accepts_connections(url))
 
 
 def _accepts_connections(url: str) -> bool:

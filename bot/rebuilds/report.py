@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bot.engine_calls import AsyncEngine
 from bot.errors import explain, log_failure
@@ -20,15 +20,26 @@ from bot.neutral import Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import ProgressRelay
 from bot.replies import held_back_text, rebuild_failed_text, report_sentence
-from raptor_engine import BuildBusy, BuildHeldBack, BuildSuperseded, ChannelKey, ModelUsage, NothingToBuild, RaptorError
+from raptor_engine import (
+    BuildBusy,
+    BuildHeldBack,
+    BuildProgress,
+    BuildSuperseded,
+    ChannelKey,
+    ModelUsage,
+    NothingToBuild,
+    RaptorError,
+)
 
 log = logging.getLogger(__name__)
 
 
 async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequence[Send], progress_every_s: float,
                              why: str, metrics: Metrics | None = None,
-                             budget: ModelBudget | None = None) -> tuple[Reply, Exception | None]:
-    """Rebuilds ``key``, relaying progress to ``sends``, and returns the reply that tells the
+                             budget: ModelBudget | None = None,
+                             watch: Callable[[BuildProgress], None] | None = None) -> tuple[Reply, Exception | None]:
+    """Rebuilds ``key``, relaying progress to ``sends`` (and every step to ``watch``, from the
+    build's threads: a worker's lease watches it), and returns the reply that tells the
     result (not sent yet) with the error that ended the build, if any. Engine errors become
     the person's reply; anything else is logged with a reference the reply quotes. With a
     ``budget``, a workspace that used up its daily model budget is not rebuilt (the reply
@@ -46,7 +57,7 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
     error: Exception | None = None
     started = time.monotonic()
     try:
-        report = await engine.rebuild(key, relay)
+        report = await engine.rebuild(key, _each(relay, watch))
     except asyncio.CancelledError:
         if relay is not None:
             relay.cancel()
@@ -76,6 +87,19 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
     if relay is not None:
         await relay.close()  # no progress reply may arrive after the result
     return reply, error
+
+
+def _each(*callbacks: Callable[[BuildProgress], None] | None) -> Callable[[BuildProgress], None] | None:
+    """One progress callback calling every one of ``callbacks`` given; None when none is."""
+    given = [callback for callback in callbacks if callback is not None]
+    if len(given) < 2:
+        return given[0] if given else None
+
+    def each(event: BuildProgress) -> None:
+        for callback in given:
+            callback(event)
+
+    return each
 
 
 def _outcome(error: Exception | None) -> str:

@@ -13,9 +13,10 @@ its clustering process stay loaded between jobs). A job of a channel:
 4. builds again while requests came in meanwhile, then lets the lease go.
 
 A job with no requesters (a scheduled check) builds only if the channel's sources
-changed since its served tree. If the lease runs out under the worker (it was paused),
-the engine refuses to serve its tree (``BuildSuperseded``) and nobody is told by this
-worker: the one that took over tells them.
+changed since its served tree. If the lease runs out under the worker (it was paused,
+or its build reported no progress for ``coordination.stall_s``, so it stopped renewing
+the lease: see :mod:`bot.coordination.lease`), the engine refuses to serve its tree
+(``BuildSuperseded``) and nobody is told by this worker: the one that took over tells them.
 
 Any other job found on the queue (someone else wrote to Redis: another function, a
 pickled call, callbacks, webhooks) is refused before anything it names is loaded, marked
@@ -119,18 +120,20 @@ async def _build_for_requesters(context: WorkerContext, key: ChannelKey, held: H
         requesters = context.requests.take(key, context.leases, held)
         if not requesters and not sources_changed(await context.engine.stats(key)):
             return outcome
-        outcome = await _build_once(context, key, requesters)
+        outcome = await _build_once(context, key, requesters, held)
         if context.requests.finish(key, context.leases, held) == 0:
             return outcome
 
 
-async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[Requester]) -> str:
-    """One build, its result told to every requester. Raises ``BuildSuperseded`` untold."""
+async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[Requester], held: Held) -> str:
+    """One build, its result told to every requester, each of its steps reported to the lease
+    ``held`` (which stops being renewed when they stop). Raises ``BuildSuperseded`` untold."""
     why = "requested by " + ", ".join(r.by or "?" for r in requesters) if requesters else "scheduled"
     log.info("channel %s: rebuild started (%s)", key, why)
     sends = [context.sender(r.address) for r in requesters]
+    held.progressed()  # a build starting is progress: the time before it (another build, the store) is not its own
     reply, error = await rebuild_and_report(context.engine, key, sends, context.config.bot.progress_every_s, why,
-                                            context.metrics, context.budget)
+                                            context.metrics, context.budget, watch=held.progressed)
     if isinstance(error, BuildSuperseded):
         raise error  # whoever took over tells them
     for requester, send in zip(requesters, sends):

@@ -123,6 +123,15 @@ def error_text(error: Exception) -> str:
     return capitalised(explain(error).strip() or type(error).__name__)
 
 
+def store_error_text(error: Exception, reference: str) -> str:
+    """The store (Chroma) failed, or did not answer in time: its message, and the reference of
+    the log line, since only the operator can do something about it."""
+    return (
+        f"{error_text(error).rstrip('.')}. Please try again in a minute; if it keeps happening, "
+        f"tell the bot's operator (reference {reference})."
+    )
+
+
 def unexpected_text(reference: str) -> str:
     """Something failed for a reason nobody could foresee; the log holds ``reference``."""
     return (

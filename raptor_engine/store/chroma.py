@@ -1,8 +1,9 @@
 """Opening Chroma: :class:`ChromaStore`, the database that holds every channel.
 
 Contract: Chroma is opened embedded (a data directory of this process) or remote (a Chroma
-server, with token or HTTP basic credentials); either way a failure to open is a
-``StoreUnavailable`` or ``StoreError`` whose message names no credential. A store hands out
+server, with token or HTTP basic credentials, each request given up after a deadline:
+``deadline.py``); either way a failure to open is a ``StoreUnavailable`` or ``StoreError``
+whose message names no credential. A store hands out
 one :class:`ChannelStore` per channel, registering the channel in ``rc-channels`` on first
 use. Opening a store brings the records earlier versions wrote to the current format, once
 (``migrations.py``). On the embedded store it also reclaims the disk space Chroma keeps after deleting
@@ -16,10 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from raptor_engine.errors import StoreError, StoreUnavailable
+from raptor_engine import defaults
+from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
 from raptor_engine.reclaim import Reclaimed, reclaim, tidy as tidy_database
 from raptor_engine.store.channel import ChannelStore
 from raptor_engine.store.common import channel_digest, log, open_registry, translated
+from raptor_engine.store.deadline import open_with_deadline
 from raptor_engine.store.migrations import migrate_listed, open_channel
 from raptor_engine.types import ChannelKey
 
@@ -59,16 +62,19 @@ class ChromaStore:
     @classmethod
     def remote(cls, host: str, port: int, ssl: bool = False, *, token: str = "",
                token_header: str = "Authorization", username: str = "", password: str = "",
-               tenant: str = "default_tenant", database: str = "default_database") -> ChromaStore:
+               tenant: str = "default_tenant", database: str = "default_database",
+               timeout_s: float = defaults.STORE_TIMEOUT_S) -> ChromaStore:
         """A Chroma server (``chroma run``, a secured server, or hosted Chroma) reached over HTTP.
 
         Credentials go through Chroma's own client auth providers: ``token`` is sent as
         ``Authorization: Bearer <token>`` (or in ``X-Chroma-Token`` when ``token_header``
         names it), ``username`` and ``password`` as HTTP basic. ``tenant`` and
-        ``database`` must exist on the server. Raises ``StoreUnavailable`` when the
-        server cannot be reached, ``StoreError`` when it refuses the credentials or has
-        no such tenant or database. No credential appears in an error message. Records
-        earlier versions wrote are brought to the current format first (``migrations.py``).
+        ``database`` must exist on the server. Opening, and every request after it, is given
+        up after ``timeout_s`` (``deadline.py``): a server that does not answer then raises
+        ``StoreTimeout``. Raises ``StoreUnavailable`` when the server cannot be reached,
+        ``StoreError`` when it refuses the credentials or has no such tenant or database. No
+        credential appears in an error message. Records earlier versions wrote are brought
+        to the current format first (``migrations.py``).
         """
         import chromadb
         from chromadb.config import Settings
@@ -76,10 +82,17 @@ class ChromaStore:
 
         where = f"the Chroma server at {host}:{port}"
         settings = Settings(anonymized_telemetry=False, **cls._auth_settings(token, token_header, username, password))
-        try:
+
+        def connect() -> Any:
             client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings,
                                          tenant=tenant, database=database)
             client.heartbeat()
+            return client
+
+        try:
+            client = open_with_deadline(connect, timeout_s, where)
+        except RaptorError:
+            raise
         except ChromaError as exc:
             # Chroma answers a refused sign-in with 401 (AuthorizationError) or 403 (AuthError).
             if exc.code() in (401, 403):
@@ -93,8 +106,8 @@ class ChromaStore:
         return cls(client)
 
     def reachable(self) -> bool:
-        """Whether the store answers now (a server's heartbeat; the embedded store always
-        answers). Never raises: for readiness checks."""
+        """Whether the store answers now (a server's heartbeat, within the server's deadline;
+        the embedded store always answers). Never raises: for readiness checks."""
         try:
             self._client.heartbeat()
         except Exception:

@@ -6,7 +6,7 @@ Contract: nothing here knows a record kind. :class:`ChannelCollections` names a 
 collections ``rc-<digest>-<suffix>`` and opens them with a short write log; collections are
 opened on each use (Chroma hands out a cheap handle), except those kept in a
 :class:`ReopeningCollection` wrapper. Every Chroma call made here runs inside :func:`translated`, so
-only :class:`~raptor_engine.errors.StoreError` (or ``StoreUnavailable``) leaves.
+only :class:`~raptor_engine.errors.StoreError` (or ``StoreUnavailable``, ``StoreTimeout``) leaves.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from raptor_engine.errors import RaptorError, StoreError, StoreUnavailable
+import httpx
+
+from raptor_engine.errors import RaptorError, StoreError, StoreTimeout, StoreUnavailable
 from raptor_engine.types import ChannelKey
 
 # One logger for the whole package, under the name the store always logged as: operators'
@@ -58,12 +60,15 @@ FORMAT_KEY = "format"
 @contextmanager
 def translated(action: str) -> Iterator[None]:
     """Turns any failure of Chroma underneath into a ``StoreError`` naming the action (a
-    ``StoreUnavailable`` when Chroma cannot be reached); the engine's own errors pass as they are.
+    ``StoreUnavailable`` when Chroma cannot be reached, a ``StoreTimeout`` when a server did not
+    answer within its deadline); the engine's own errors pass as they are.
     Every Chroma call of the store runs inside it."""
     try:
         yield
     except RaptorError:
         raise
+    except httpx.TimeoutException as exc:  # a server's deadline (deadline.py) ran out
+        raise StoreTimeout(f"the Chroma store did not answer in time ({action})") from exc
     except (ConnectionError, TimeoutError) as exc:
         raise StoreUnavailable(f"the Chroma store cannot be reached ({action}): {exc}") from exc
     except Exception as exc:  # Chroma raises many types (ChromaError, httpx, ValueError)

@@ -124,20 +124,20 @@ def test_a_raising_queue_callable_does_not_break_the_scrape() -> None:
 # HealthServer
 
 
-async def ok() -> bool:
+def ok() -> bool:
     return True
 
 
-async def not_ready() -> bool:
+def not_ready() -> bool:
     return False
 
 
-async def raises() -> bool:
+def raises() -> bool:
     raise RuntimeError("db down")
 
 
-async def hangs() -> bool:
-    await asyncio.sleep(30)
+def hangs() -> bool:
+    threading.Event().wait(5)  # a server that does not answer (its thread is a daemon: it ends on its own)
     return True
 
 
@@ -195,8 +195,8 @@ def test_readyz_is_503_naming_the_failing_probe(probe: Probe, status: str) -> No
 
 
 def test_probes_run_concurrently() -> None:
-    async def slow() -> bool:
-        await asyncio.sleep(0.4)
+    def slow() -> bool:
+        time.sleep(0.4)
         return True
 
     server = HealthServer(Metrics(), probe_timeout=2.0)
@@ -206,6 +206,43 @@ def test_probes_run_concurrently() -> None:
     [(code, _, _)] = serve(server, "/readyz")
     assert code == 200
     assert time.monotonic() - started < 1.1  # three in a row would take 1.2 s
+
+
+def test_a_hung_probe_is_run_once_and_waited_on_again_never_stacked() -> None:
+    """Each /readyz while a probe hangs answers 503 within the probe's timeout, and waits on the
+    check already running: one thread, however often the orchestrator asks. Once the check
+    ends, the next /readyz runs a new one."""
+    release = threading.Event()
+    calls: list[str] = []
+
+    def stuck() -> bool:
+        calls.append(threading.current_thread().name)
+        return release.wait(10)
+
+    server = HealthServer(Metrics(), probe_timeout=0.3)
+    server.add_probe("chroma", stuck)
+
+    async def run() -> list[tuple[int, str, str]]:
+        port = await server.start("127.0.0.1", 0)
+        url = f"http://127.0.0.1:{port}/readyz"
+        try:
+            answers = []
+            for _ in range(4):
+                started = time.monotonic()
+                answers.append(await fetch(url))
+                assert time.monotonic() - started < 2
+            release.set()
+            await asyncio.sleep(0.1)  # the stuck check ends, its thread with it
+            answers.append(await fetch(url))
+            return answers
+        finally:
+            await server.stop()
+
+    answers = asyncio.run(run())
+    assert [status for status, _, _ in answers] == [503, 503, 503, 503, 200]
+    assert json.loads(answers[0][2])["checks"] == {"chroma": "timeout"}
+    assert calls == ["probe-chroma", "probe-chroma"]  # the four hung asks shared one check
+    assert not [t for t in threading.enumerate() if t.name == "probe-chroma"]
 
 
 def get(url: str) -> tuple[int, str]:
@@ -222,7 +259,7 @@ def test_thread_mode_answers_while_the_caller_blocks() -> None:
     server = HealthServer(metrics)
     probe_threads: list[str] = []
 
-    async def where() -> bool:
+    def where() -> bool:
         probe_threads.append(threading.current_thread().name)
         return True
 
@@ -233,7 +270,7 @@ def test_thread_mode_answers_while_the_caller_blocks() -> None:
         code, body = get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and value(body, "raptor_queue_depth") == 4
         assert get(f"http://127.0.0.1:{port}/readyz")[0] == 200
-        assert probe_threads == ["health-server"]
+        assert probe_threads == ["probe-where"]  # a thread of its own, not the server's loop
         with pytest.raises(RuntimeError):
             server.start_in_thread("127.0.0.1", 0)
     finally:
