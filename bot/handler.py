@@ -16,7 +16,10 @@ Each part's module states its own contracts. Those of the whole:
 - Every blocking engine call runs in a worker thread (through ``bot.engine_calls``),
   so questions are answered while a rebuild runs.
 - It never fails silently. Errors written for people (``RaptorError``,
-  ``BotError``) become an ERROR reply carrying their message. Anything else is
+  ``BotError``) become an ERROR reply carrying their message, except failures of the
+  bot's own servers (the model endpoint, Chroma: :func:`bot.errors.names_servers`),
+  whose message names the server: it is logged under a reference, and the reply says
+  only what kind of server failed, with that reference. Anything else is
   logged with ``log.exception`` and a short reference id, and becomes an ERROR
   reply naming that reference, so an operator can find the full story.
 """
@@ -33,7 +36,7 @@ from bot.command_handling import CommandHandling
 from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.engine_calls import AsyncEngine
-from bot.errors import BotError, log_failure
+from bot.errors import BotError, log_failure, names_servers, new_reference
 from bot.feedback_handling import FeedbackHandling
 from bot.neutral import Command, Event, Feedback, Pin, Question, Reply, ReplyKind, Send, Unpin, Upload, Vote
 from bot.observability.log_format import channel_context
@@ -89,6 +92,12 @@ class ChatHandler:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.
         Errors written for people carry their message; anything else a logged reference."""
         thread = getattr(event, "thread", "")
+        if names_servers(exc):
+            self.metrics.count_error(type(exc).__name__)
+            reference = new_reference()
+            log.warning("%s failed: %s (reference %s)", type(event).__name__, exc, reference,
+                        extra={"reference": reference})
+            return Reply(ReplyKind.ERROR, replies.error_text(exc, reference), reference=reference, thread=thread)
         if isinstance(exc, (RaptorError, BotError)):
             log.info("%s refused: %s", type(event).__name__, exc)
             self.metrics.count_error(type(exc).__name__)
