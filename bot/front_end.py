@@ -29,12 +29,13 @@ class FrontEnd:
     rebuilds: QueuedRebuilds
     limiters: LimiterFactory
     signer: RecordSigner
+    reply_max_age_s: float
 
     def reader(self, couriers: Mapping[str, Courier]) -> ReplyReader:
         """The reader of rebuild replies for the platforms in ``couriers`` (read as they are
         registered: adapters register theirs once connected)."""
         requests = RebuildRequests(self.link, self.signer)
-        return ReplyReader(self.link, couriers, holder_name(), self.signer, requests.asked)
+        return ReplyReader(self.link, couriers, holder_name(), self.signer, requests.asked, self.reply_max_age_s)
 
 
 def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
@@ -46,4 +47,5 @@ def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
         rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
         limiters=shared_limiters(link),
         signer=RecordSigner(config.coordination.secret.get_secret_value()),
+        reply_max_age_s=config.coordination.reply_max_age_s,
     )
