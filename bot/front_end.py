@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config import Config
-from bot.coordination.deliveries import SharedLedger
+from bot.coordination.deliveries import FrontEndShare, SharedLedger
 from bot.coordination.lease import holder_name
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyReader
@@ -43,7 +43,8 @@ def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
     link = RedisLink(config.coordination)
     return FrontEnd(
         link=link,
-        deliveries=SharedLedger(link, config.coordination.event_ttl_s),
+        deliveries=SharedLedger(link, config.coordination.event_ttl_s,
+                                FrontEndShare(config.coordination.front_end_index, config.coordination.front_ends)),
         rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
         limiters=shared_limiters(link),
         signer=RecordSigner(config.coordination.secret.get_secret_value()),
