@@ -2,8 +2,9 @@
 :class:`bot.rebuilds.in_process.RebuildScheduler`, over Redis and the job queue.
 
 * A request is recorded (:mod:`~bot.rebuilds.requests`) and a job enqueued once per
-  channel; the requester hears "queued" now and the progress and result later, from the
-  worker through the reply stream, posted by whichever front-end reads it.
+  channel; the requester hears "queued" now (privately when other requests already wait
+  for the same build) and the progress and result later, from the worker through the
+  reply stream, posted by whichever front-end reads it, once per channel or thread.
 * Every replica runs the schedule; checks fire together (aligned intervals) and the
   first replica to claim a channel's period enqueues its job. No replica is special.
 * A sweep every ``sweep_every_s`` enqueues a job for channels whose requests wait with
@@ -95,12 +96,14 @@ class QueuedRebuilds:
         ``address`` (default: the channel itself). Always ``QUEUED``: nothing runs here."""
         requester = Requester(requested_by, address or ReplyAddress(key))
         try:
-            await self._send_request(key, requester)
+            waiting = await self._send_request(key, requester)
         except CoordinationDown:
             self._outbox.append((key, requester))
             await send(Reply(ReplyKind.INFO, replies.REBUILDS_WAIT, thread=requester.address.thread))
             return RequestResult.QUEUED
-        await send(Reply(ReplyKind.PROGRESS, replies.REBUILD_ENQUEUED, thread=requester.address.thread))
+        # The first request of the next build is said in the channel; those merged into it privately.
+        await send(Reply(ReplyKind.PROGRESS, replies.REBUILD_ENQUEUED, private=waiting > 1,
+                         thread=requester.address.thread))
         return RequestResult.QUEUED
 
     async def check(self, key: ChannelKey) -> bool:
@@ -158,9 +161,11 @@ class QueuedRebuilds:
 
     # -- internals ---------------------------------------------------------------
 
-    async def _send_request(self, key: ChannelKey, requester: Requester) -> None:
-        await self._requests.add(key, requester)
+    async def _send_request(self, key: ChannelKey, requester: Requester) -> int:
+        """Records the request and enqueues the channel; how many requests wait, this one included."""
+        waiting = await self._requests.add(key, requester)
         await asyncio.to_thread(self._queue.enqueue_once, key, f"requested by {requester.by or '?'}")
+        return waiting
 
     def _period_s(self, key: ChannelKey) -> float:
         schedule = schedule_of(self._config, key)

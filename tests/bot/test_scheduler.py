@@ -21,7 +21,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
-from bot.neutral import Reply, ReplyKind
+from bot.neutral import Reply, ReplyAddress, ReplyKind
 from bot.rebuilds.in_process import NOTE, RebuildScheduler
 from bot.rebuilds.relay import ProgressRelay
 from bot.rebuilds.schedule import MISFIRE_GRACE_S
@@ -224,6 +224,32 @@ def test_requests_while_running_merge_into_one_queued_rebuild(
     assert first.received[-1][0] <= second.received[-1][0]
     assert engine.stats(channel).version == 2
     assert NOTE not in engine.notes(channel)
+
+
+def test_requests_merged_from_one_place_see_the_result_posted_once(engine: Engine, channel: ChannelKey) -> None:
+    """Requests from one channel (or thread) merged into one build: its result is posted
+    there once, by the first request's send; the others are told privately."""
+    engine.ingest_file(channel, SAMPLE)
+    first, bob, cy, dee, threaded = Inbox(), Inbox(), Inbox(), Inbox(), Inbox()
+    here, thread = ReplyAddress(channel), ReplyAddress(channel, "T.1")
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
+        await scheduler.request(channel, "ann", first, here)
+        for name, inbox, address in (("bob", bob, here), ("cy", cy, here), ("dee", dee, here),
+                                     ("eve", threaded, thread)):
+            assert await scheduler.request(channel, name, inbox, address) is RequestResult.QUEUED
+        await scheduler.wait_idle()
+
+    asyncio.run(scenario())
+    assert [r.private for r in first.replies] == [False]  # the first build: one requester
+    public = [r for inbox in (bob, cy, dee) for r in inbox.replies if r.kind is ReplyKind.INFO and not r.private]
+    assert [r.text[:17] for r in public] == ["Rebuilt: tree v2 "]  # the merged build, posted once here
+    assert [(r.kind, r.private) for r in bob.replies] == [(ReplyKind.PROGRESS, False), (ReplyKind.INFO, False)]
+    for inbox in (cy, dee):  # merged: the queued notice and the result, each privately
+        assert [(r.kind, r.private) for r in inbox.replies] == [(ReplyKind.PROGRESS, True), (ReplyKind.INFO, True)]
+        assert inbox.replies[1].text == bob.replies[1].text
+    assert [r.private for r in threaded.replies] == [True, False]  # another place: its own post of the result
 
 
 def test_a_channel_without_sources_reports_an_error_and_clears_the_note(engine: Engine, channel: ChannelKey) -> None:
