@@ -8,20 +8,25 @@ titled and linked as their source. Retrieval runs in the foreground (rebuilds st
 it runs, ``background.py``); so does the offline answerer's work, while a language model's
 answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with no source and
 ``ChannelError`` when the tree was built with another embedding model.
+
+A question leaves nothing behind in a channel that holds no source: reading it opened its
+collections and listed it in the registry, so they are dropped again (as after a forget of
+its last source, ``ChannelWriters.drop_if_empty``) before ``NoMaterial`` is raised. A
+question in a fresh direct conversation makes no channel the store lists for good.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
+from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.errors import ChannelError, NoMaterial
 from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
-from raptor_engine.store import ChannelStore
 from raptor_engine.types import Answer, ChannelKey, Hit
 
 
@@ -30,7 +35,7 @@ class Questions:
 
     def __init__(
         self,
-        channels: Callable[[ChannelKey], ChannelStore],
+        writers: ChannelWriters,
         embedder: Embedder,
         answerer: Answerer,
         indexes: ChannelIndexes,
@@ -38,8 +43,9 @@ class Questions:
         leaf_profile: str,
         settings: RetrievalSettings,
     ) -> None:
-        """``channels`` opens a channel's store; ``settings`` are used when a call gives none."""
-        self._channels = channels
+        """``writers`` opens a channel's store (and drops one a question finds empty);
+        ``settings`` are used when a call gives none."""
+        self._writers = writers
         self._embedder = embedder
         self._answerer = answerer
         self._indexes = indexes
@@ -80,7 +86,7 @@ class Questions:
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""
         settings = settings or self._settings
-        channel = self._channels(key)
+        channel = self._writers.channel(key)
         state = channel.live_state()
         if state is not None and state.embedder_id != self._embedder.model_id:
             raise ChannelError(
@@ -89,6 +95,7 @@ class Questions:
             )
         sources = {s.id: s for s in channel.list_sources()}
         if not sources:
+            self._writers.drop_if_empty(key)  # what reading it created goes again: see the module docstring
             raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
         pending = [source for sid, source in sources.items() if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])

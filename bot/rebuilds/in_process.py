@@ -4,9 +4,9 @@
 at most one rebuild running and at most one waiting behind it: requests made
 while a rebuild runs merge into the waiting one, and everyone who asked hears
 its result: posted once in each channel or thread it was asked from, and privately
-to the further requesters there. An APScheduler job per channel (:class:`~bot.rebuilds.schedule.ChannelChecks`)
-checks, every interval or on a cron line, whether the channel's sources changed since
-its served build, and only then rebuilds.
+to the further requesters there. An APScheduler job per channel holding sources (:class:`~bot.rebuilds.schedule.ChannelChecks`)
+checks, every interval (at the channel's own offset into it) or on a cron line, whether
+the channel's sources changed since its served build, and only then rebuilds.
 
 A manual request leaves the note ``rebuild_requested`` in the store until its
 build ends (whatever the outcome, except being cancelled), so a request cut
@@ -32,7 +32,7 @@ from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import send_safely
 from bot.rebuilds.report import rebuild_and_report
-from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.schedule import ChannelChecks, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
 from raptor_engine import ChannelKey, RaptorError
@@ -195,7 +195,7 @@ class RebuildScheduler:
         if state.task is not None:
             log.debug("channel %s: scheduled check skipped: a rebuild runs", key)
             return False
-        if not await changed_since_served(self._engine, key):
+        if not await self._checks.worth_building(self._engine, key):
             return False
         if state.task is not None:  # a request came in while stats were read
             return False

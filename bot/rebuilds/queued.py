@@ -5,8 +5,9 @@
   channel; the requester hears "queued" now (privately when other requests already wait
   for the same build) and the progress and result later, from the worker through the
   reply stream, posted by whichever front-end reads it, once per channel or thread.
-* Every replica runs the schedule; checks fire together (aligned intervals) and the
-  first replica to claim a channel's period enqueues its job. No replica is special.
+* Every replica runs the schedule; a channel's checks fire together on every replica
+  (each channel at its own offset into the interval) and the first replica to claim the
+  channel's period enqueues its job. No replica is special.
 * A sweep every ``sweep_every_s`` enqueues a job for channels whose requests wait with
   no job and no lease: a worker died mid-build, or a job was lost.
 * With Redis unreachable, requests are kept in this process and sent when it is back
@@ -36,7 +37,7 @@ from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.requests import RebuildRequests, Requester
-from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.schedule import ChannelChecks, period_of, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from raptor_engine import ChannelKey, channel_digest
 
@@ -58,7 +59,7 @@ class QueuedRebuilds:
         self._requests = RebuildRequests(link, RecordSigner(coordination.secret.get_secret_value()))
         self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
         self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
-        self._checks = ChannelChecks(config, self.check, aligned=True)
+        self._checks = ChannelChecks(config, self.check)
 
     # -- life cycle ------------------------------------------------------------
 
@@ -109,12 +110,12 @@ class QueuedRebuilds:
     async def check(self, key: ChannelKey) -> bool:
         """The scheduled check: enqueues a job if the channel's sources changed since its
         served tree and no replica claimed this period yet. True if this call enqueued."""
-        if not await changed_since_served(self._engine, key):
+        if not await self._checks.worth_building(self._engine, key):
             return False
-        claim = self._link.key("checked", channel_digest(key), str(self._period(key)))
-        period_s = int(self._period_s(key))
+        period, period_s = period_of(schedule_of(self._config, key), key, time.time())
+        claim = self._link.key("checked", channel_digest(key), str(period))
         try:
-            if not await self._link.run(lambda r: r.set(claim, "1", nx=True, ex=max(period_s, 60))):
+            if not await self._link.run(lambda r: r.set(claim, "1", nx=True, ex=max(int(period_s), 60))):
                 return False  # another replica checked this period
             return await asyncio.to_thread(self._queue.enqueue_once, key, "scheduled: sources changed")
         except CoordinationDown:
@@ -166,15 +167,6 @@ class QueuedRebuilds:
         waiting = await self._requests.add(key, requester)
         await asyncio.to_thread(self._queue.enqueue_once, key, f"requested by {requester.by or '?'}")
         return waiting
-
-    def _period_s(self, key: ChannelKey) -> float:
-        schedule = schedule_of(self._config, key)
-        return 60.0 if schedule.cron is not None else schedule.every_minutes * 60
-
-    def _period(self, key: ChannelKey) -> int:
-        """Which period of the channel's schedule now falls in (the same on every replica):
-        checks of one period, whichever replica runs them, share one claim."""
-        return int(time.time() // self._period_s(key))
 
 
 async def _exists(redis: Any, keys: tuple[str, ...]) -> int:
