@@ -3,7 +3,8 @@ forget, node, tree, feedback and help.
 
 Contracts (a part of :class:`bot.handler.ChatHandler`): an unknown command is answered
 with the command list, privately (a mistyped command is the person's own business, not
-the channel's); ``rebuild`` and ``forget`` are for the channel's admins only (see
+the channel's); the ``feedback`` report is private too (it quotes reasons people gave in
+a private form); ``rebuild`` and ``forget`` are for the channel's admins only (see
 :func:`bot.commands.may_manage`), and anyone else is told so privately. Rebuild requests
 are limited per channel and hour (``bot.rate_limits``, a channel's own in their place),
 a refusal saying when to try again; a channel with no source is told so at once, without
@@ -74,7 +75,9 @@ class CommandHandling:
             await self._info(send, command, replies.check_text(check))
         elif name == commands.FEEDBACK:
             answers = await self._engine.run(lambda engine: engine.answers(command.channel))
-            await self._info(send, command, replies.feedback_report_text(answers))
+            # People gave their reasons in a private form: the report of them stays private too.
+            await send(Reply(ReplyKind.INFO, replies.feedback_report_text(answers), private=True,
+                             thread=command.thread))
         else:
             await self._info(send, command, replies.help_text())
 

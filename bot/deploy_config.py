@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 SHORTEST_SECRET = 32  # characters of coordination.secret: `openssl rand -hex 32` gives 64
+# A rebuild reply older than this when a front-end reads it is dropped, not posted: after an
+# outage a channel gets no burst of stale progress and results. Five minutes outlasts a
+# Redis failover or a rolling restart of the front-ends, which delay replies by seconds.
+REPLY_MAX_AGE_S = 300.0
 
 
 class CoordinationConfig(BaseModel):
@@ -32,6 +36,11 @@ class CoordinationConfig(BaseModel):
     sweep_every_s: float = Field(default=10.0, ge=0.5, le=3600)  # how often lost rebuild requests are looked for
     job_timeout_s: int = Field(default=4 * 3600, ge=60, le=7 * 24 * 3600)  # the queue library's limit per build
     connect_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    reply_max_age_s: float = Field(default=REPLY_MAX_AGE_S, ge=5, le=7 * 24 * 3600)  # older replies are dropped
+    # A front-end's place among the front-ends: which Discord events it answers while Redis is
+    # down (see bot.coordination.deliveries). Each its own index; all the same count.
+    front_end_index: int = Field(default=0, ge=0, le=1023)
+    front_ends: int = Field(default=1, ge=1, le=1024)
 
     @field_validator("redis_url")
     @classmethod
@@ -50,6 +59,13 @@ class CoordinationConfig(BaseModel):
         if secret and len(secret) < SHORTEST_SECRET:
             raise ValueError(f"coordination.secret must be at least {SHORTEST_SECRET} characters "
                              "(such as the output of `openssl rand -hex 32`)")
+        return self
+
+    @model_validator(mode="after")
+    def _index_among_front_ends(self) -> CoordinationConfig:
+        if self.front_end_index >= self.front_ends:
+            raise ValueError(f"front_end_index counts from 0: {self.front_end_index} is not one of "
+                             f"{self.front_ends} front-end(s) (front_ends)")
         return self
 
     @property

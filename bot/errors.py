@@ -6,7 +6,9 @@
     └── NothingToAsk  a question named a channel with nothing to search (unknown, or no sources)
 
 Engine errors (``raptor_engine.errors.RaptorError``) pass through unchanged:
-they are already written for the person who caused them.
+they are already written for the person who caused them, except the failures of the
+bot's own servers (:func:`names_servers`), whose messages name where they run: those
+reach the log only, and chat is told their kind (``bot.texts.requests.error_text``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ def explain(error: Exception) -> str:
     if isinstance(error, SpendingLimitReached) and error.kind in _CEILING_KEYS:
         text += f" To allow more, raise {_CEILING_KEYS[error.kind]} in the configuration."
     return text
+
+
+def names_servers(error: Exception) -> bool:
+    """Whether ``error`` is a failure of one of the bot's own servers (the language model
+    endpoint, the Chroma store), whose message may name its host, URL or port. Such a
+    message is for the operator's log, never for a chat reply: anyone in the channel would
+    learn where the bot's internal servers are."""
+    from raptor_engine import ProviderError, StoreError  # bot -> raptor_engine, never the reverse
+
+    return isinstance(error, (ProviderError, StoreError))
 
 
 def new_reference() -> str:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.config import Config
-from bot.coordination.deliveries import SharedLedger
+from bot.coordination.deliveries import FrontEndShare, SharedLedger
 from bot.coordination.lease import holder_name
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyReader
@@ -32,12 +32,13 @@ class FrontEnd:
     limiters: LimiterFactory
     spending: SharedSpending
     signer: RecordSigner
+    reply_max_age_s: float
 
     def reader(self, couriers: Mapping[str, Courier]) -> ReplyReader:
         """The reader of rebuild replies for the platforms in ``couriers`` (read as they are
         registered: adapters register theirs once connected)."""
         requests = RebuildRequests(self.link, self.signer)
-        return ReplyReader(self.link, couriers, holder_name(), self.signer, requests.asked)
+        return ReplyReader(self.link, couriers, holder_name(), self.signer, requests.asked, self.reply_max_age_s)
 
 
 def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
@@ -45,9 +46,11 @@ def front_end(config: Config, engine: AsyncEngine) -> FrontEnd:
     link = RedisLink(config.coordination)
     return FrontEnd(
         link=link,
-        deliveries=SharedLedger(link, config.coordination.event_ttl_s),
+        deliveries=SharedLedger(link, config.coordination.event_ttl_s,
+                                FrontEndShare(config.coordination.front_end_index, config.coordination.front_ends)),
         rebuilds=QueuedRebuilds(engine, config.bot, config.coordination, link),
         limiters=shared_limiters(link),
         spending=SharedSpending(link),
         signer=RecordSigner(config.coordination.secret.get_secret_value()),
+        reply_max_age_s=config.coordination.reply_max_age_s,
     )

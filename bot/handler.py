@@ -25,12 +25,13 @@ Each part's module states its own contracts. Those of the whole:
   anything else (files, pins, edits, votes) is dropped with a log line, so nothing said
   there is stored.
 - It never fails silently. Errors written for people (``RaptorError``,
-  ``BotError``) become an ERROR reply carrying their message. A store error (Chroma failed,
-  or did not answer within ``chroma.timeout_s``) is the operator's to fix: its reply also
-  names a short reference id, logged with it as a warning. Anything else is logged with
-  ``log.exception`` and a reference, and becomes an ERROR reply naming that reference, so an
-  operator can find the full story. What ``follow`` takes has nobody to reply to: its
-  failures are logged with a reference.
+  ``BotError``) become an ERROR reply carrying their message, except failures of the
+  bot's own servers (the model endpoint, Chroma, also when it did not answer within
+  ``chroma.timeout_s``: :func:`bot.errors.names_servers`), whose message names the server:
+  it is logged under a reference, and the reply says only what kind of server failed, with
+  that reference. Anything else is logged with ``log.exception`` and a short reference id,
+  and becomes an ERROR reply naming that reference, so an operator can find the full story.
+  What ``follow`` takes has nobody to reply to: its failures are logged with a reference.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from bot.config import Config
 from bot.coordination.shared_limits import LimiterFactory, local_limiters
 from bot.deletions import DeletionHandling
 from bot.engine_calls import AsyncEngine
-from bot.errors import BotError, log_failure, new_reference
+from bot.errors import BotError, log_failure, names_servers, new_reference
 from bot.feedback_handling import FeedbackHandling
 from bot.model_budget import LocalSpending, ModelBudget
 from bot.neutral import (
@@ -70,7 +71,7 @@ from bot.observability.log_format import channel_context
 from bot.observability.metrics import Metrics
 from bot.question_handling import QuestionHandling
 from bot.source_handling import SourceHandling
-from raptor_engine import RaptorError, StoreError
+from raptor_engine import RaptorError
 
 if TYPE_CHECKING:
     from bot.rebuilds.service import RebuildService
@@ -155,12 +156,12 @@ class ChatHandler:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.
         Errors written for people carry their message; anything else a logged reference."""
         thread = getattr(event, "thread", "")
-        if isinstance(exc, StoreError):
+        if names_servers(exc):
             self.metrics.count_error(type(exc).__name__)
             reference = new_reference()
-            log.warning("%s failed on the store (reference %s): %s", type(event).__name__, reference, exc,
+            log.warning("%s failed: %s (reference %s)", type(event).__name__, exc, reference,
                         extra={"reference": reference})
-            return Reply(ReplyKind.ERROR, replies.store_error_text(exc, reference), reference=reference, thread=thread)
+            return Reply(ReplyKind.ERROR, replies.error_text(exc, reference), reference=reference, thread=thread)
         if isinstance(exc, (RaptorError, BotError)):
             log.info("%s refused: %s", type(event).__name__, exc)
             self.metrics.count_error(type(exc).__name__)

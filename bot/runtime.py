@@ -120,11 +120,14 @@ class Assistant:
         before downloading them, or download one byte more to tell."""
         return self.engine.settings.max_file_bytes
 
-    async def first_delivery(self, event_id: str) -> bool:
+    async def first_delivery(self, event_id: str, broadcast: bool = False) -> bool:
         """True the first time any replica asks about ``event_id`` (a platform-qualified id:
         ``slack:event:Ev123``, ``discord:message:456``), False for every later delivery of it:
-        the adapter then drops the event. One process without Redis remembers its own."""
-        return await self.deliveries.first(event_id)
+        the adapter then drops the event. One process without Redis remembers its own.
+        ``broadcast``: the platform delivered the event to every front-end (Discord's
+        gateway); with Redis down only the front-end owning it then answers (see
+        :mod:`bot.coordination.deliveries`)."""
+        return await self.deliveries.first(event_id, broadcast)
 
     def add_courier(self, platform: str, courier: Courier) -> None:
         """Lets the bot post to channels of ``platform`` (``ChannelKey.platform``) without an

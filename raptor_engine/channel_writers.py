@@ -142,7 +142,9 @@ class ChannelWriters:
                         "(the next forget or rebuild tries again): %s", key, exc)
             return False
         self._forget_indexes(key)
-        log.info("channel %s: no source left: dropped its collections (%d records)", key, records)
+        # A channel that never held anything (a question in a fresh one) is dropped quietly.
+        log.log(logging.INFO if records else logging.DEBUG, "channel %s: no source left: dropped its "
+                "collections (%d records)", key, records)
         if records:  # a channel that never held anything leaves nothing to reclaim
             self._reclaim(key)
         return True

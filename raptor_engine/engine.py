@@ -131,7 +131,7 @@ class Engine:
             warm_indexes=self._indexes.tree,
             build_guard=build_guard,
         )
-        self._questions = Questions(self._channel, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
+        self._questions = Questions(self._writers, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
                                     settings.retrieval, settings.support_threshold, threads)
         self._kept = KeptAnswers(self._writers)
 

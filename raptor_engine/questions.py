@@ -8,6 +8,11 @@ titled and linked as their source. Retrieval runs in the foreground (rebuilds st
 it runs, ``background.py``); so does the offline answerer's work, while a language model's
 answer is a wait, not work on our CPU. Raises ``NoMaterial`` for a channel with no source and
 ``ChannelError`` when the tree was built with another embedding model.
+
+A question leaves nothing behind in a channel that holds no source: reading it opened its
+collections and listed it in the registry, so they are dropped again (as after a forget of
+its last source, ``ChannelWriters.drop_if_empty``) before ``NoMaterial`` is raised. A
+question in a fresh direct conversation makes no channel the store lists for good.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from concurrent.futures import Executor
 from raptor_engine.answer_check import SUPPORT_THRESHOLD, Evidence, check_answer
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
+from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.errors import ChannelError, NoMaterial
 from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
@@ -34,7 +40,7 @@ class Questions:
 
     def __init__(
         self,
-        channels: Callable[[ChannelKey], ChannelStore],
+        writers: ChannelWriters,
         embedder: Embedder,
         answerer: Answerer,
         indexes: ChannelIndexes,
@@ -44,11 +50,11 @@ class Questions:
         support_threshold: float = SUPPORT_THRESHOLD,
         threads: Executor | None = None,
     ) -> None:
-        """``channels`` opens a channel's store; ``settings`` are used when a call gives none;
-        ``support_threshold`` is the share of a sentence's words its cited nodes must hold;
-        ``threads`` runs the blocking steps of ``answer`` and ``answer_stream`` (None: the
-        running loop's default executor)."""
-        self._channels = channels
+        """``writers`` opens a channel's store (and drops one a question finds empty);
+        ``settings`` are used when a call gives none; ``support_threshold`` is the share of a
+        sentence's words its cited nodes must hold; ``threads`` runs the blocking steps of
+        ``answer`` and ``answer_stream`` (None: the running loop's default executor)."""
+        self._writers = writers
         self._embedder = embedder
         self._answerer = answerer
         self._indexes = indexes
@@ -96,13 +102,13 @@ class Questions:
         """``answer`` checked against the nodes it cites (see ``answer_check.py``)."""
         if not answer.found or not answer.citations:
             return answer
-        evidence = cited_evidence(self._channels(key), answer)
+        evidence = cited_evidence(self._writers.channel(key), answer)
         return check_answer(answer, evidence, question, self._support_threshold)
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""
         settings = settings or self._settings
-        channel = self._channels(key)
+        channel = self._writers.channel(key)
         state = channel.live_state()
         if state is not None and state.embedder_id != self._embedder.model_id:
             raise ChannelError(
@@ -111,6 +117,7 @@ class Questions:
             )
         sources = {s.id: s for s in channel.list_sources()}
         if not sources:
+            self._writers.drop_if_empty(key)  # what reading it created goes again: see the module docstring
             raise NoMaterial(f"the channel {key} has no material yet: add a file or a message, then ask again")
         pending = [source for sid, source in sources.items() if state is None or sid not in state.source_ids]
         query = Query(question, self._embedder.embed([question])[0])

@@ -88,7 +88,7 @@ class InteractionHandling(ClientCore):
         event = read_interaction(interaction, self.scope)
         if event is None:
             return
-        if not await self.raptor.first_delivery(interaction_key(interaction)):
+        if not await self.claim(interaction_key(interaction)):
             return  # another front-end answers it (and logs it, if it is garbled)
         with self._tracked():
             await self._act_on(interaction, event)

@@ -15,9 +15,11 @@ on it. Contract:
   and a short message naming it is posted where it happened: never silent;
 * every gateway connection of the bot receives every event, so with several front-ends
   each event arrives at each: an event is handled only by the front-end the bot's
-  delivery ledger (``Assistant.first_delivery``) names first for its key. Application
-  commands and autocomplete are checked here (:class:`OnceCommandTree`, by
-  ``discord:interaction:<id>``); the parts check their own events;
+  delivery ledger (``Assistant.first_delivery``, asked through :meth:`ClientCore.claim`
+  as a broadcast event) names first for its key, or, with Redis down, by the front-end
+  owning it (``coordination.front_end_index``). Application commands and autocomplete
+  are checked here (:class:`OnceCommandTree`, by ``discord:interaction:<id>``); the
+  parts check their own events;
 * once connected, the client registers its courier with the bot (platform ``"discord"``):
   :meth:`ClientCore.courier` posts replies without an event (a rebuild run by a worker
   process) in the address's thread, or else its channel, as replies to messages are posted;
@@ -93,7 +95,7 @@ class OnceCommandTree(app_commands.CommandTree):
         self._bot = bot
 
     async def interaction_check(self, interaction: discord.Interaction, /) -> bool:
-        return await self._bot.first_delivery(interaction_key(interaction))
+        return await self._bot.first_delivery(interaction_key(interaction), broadcast=True)
 
 
 class ClientCore(discord.Client):
@@ -196,6 +198,11 @@ class ClientCore(discord.Client):
         finally:
             if task is not None:
                 self._work.discard(task)
+
+    async def claim(self, event_key: str) -> bool:
+        """Whether this front-end handles the event ``event_key`` (every front-end's gateway
+        connection received it; see the module docstring)."""
+        return await self.raptor.first_delivery(event_key, broadcast=True)
 
     @property
     def bot_id(self) -> int:

@@ -79,7 +79,7 @@ class MessageHandling(ClientCore):
             context = translate.context_of(history, self.bot_id) if addressed or follow_up else ()
         if not (uploads or addressed or follow_up):
             return
-        if not await self.raptor.first_delivery(message_key(message)):
+        if not await self.claim(message_key(message)):
             log.debug("message %s is handled by another front-end (or was already)", message.id)
             return
         person = self._message_person(message)

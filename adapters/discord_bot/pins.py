@@ -91,7 +91,7 @@ class PinHandling(ClientCore):
             if not self.scope.allows(place):
                 return
             edited = f"discord:edit:{channel.id}:{message.id}:{_stamp(message.edited_at)}"
-            if not await self.raptor.first_delivery(edited):
+            if not await self.claim(edited):
                 return
             async with self._pin_locks.setdefault(channel.id, asyncio.Lock()):
                 try:
@@ -121,7 +121,7 @@ class PinHandling(ClientCore):
         try:
             if not await self._starter_is_pinned(parent, thread.id):
                 return
-            if not await self.raptor.first_delivery(f"discord:thread-reply:{thread.id}:{message.id}{change}"):
+            if not await self.claim(f"discord:thread-reply:{thread.id}:{message.id}{change}"):
                 return
             async with self._pin_locks.setdefault(parent.id, asyncio.Lock()):
                 writer = translate.person_of(message.author, place_manager(thread, message.author))
@@ -182,7 +182,7 @@ class PinHandling(ClientCore):
         files_only = [m.id for m in pinned if m.attachments and not m.content.strip()]
         changes = translate.pin_changes(channel.id, [m.id for m in pinned], sources, files_only)
         by_id = {message.id: message for message in pinned}
-        first = self.raptor.first_delivery
+        first = self.claim
         added = [message_id for message_id in changes.added
                  if await first(pin_key(channel.id, message_id, self._pinned_at[channel.id][message_id]))]
         removed = [external_id for external_id in changes.removed

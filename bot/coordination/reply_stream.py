@@ -11,6 +11,13 @@ signed with the processes' secret (:mod:`bot.coordination.signing`), is a kind a
 sends (:data:`WORKER_KINDS`: progress and results), is addressed on the stream's platform,
 and someone asked for a rebuild at that address (the requests store's ``asked``). Any
 other entry is dropped, acknowledged and logged.
+
+Nor is a reply posted late: one older than ``coordination.reply_max_age_s`` when a front-end
+reads it (Redis or every front-end was down meanwhile) is dropped and acknowledged, and
+each round's drops are logged once. After an outage the channel would otherwise get a
+burst of progress and results nobody waits for any more. Age is measured on the server's
+clock both ways (an entry's id is the server's time of appending it), so front-ends' and
+workers' clocks do not matter.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from bot.coordination.link import CoordinationDown, RedisLink
+from bot.coordination.link import CoordinationDown, RedisLink, describe
 from bot.coordination.signing import RecordSigner
+from bot.deploy_config import REPLY_MAX_AGE_S
 from bot.neutral import ChannelKey, Courier, Reply, ReplyAddress, ReplyKind
 
 log = logging.getLogger(__name__)
@@ -78,8 +86,10 @@ class ReplyReader:
     """The front-end's side: posts the replies of the platforms it has couriers for."""
 
     def __init__(self, link: RedisLink, couriers: Mapping[str, Courier], consumer: str, signer: RecordSigner,
-                 asked: Asked) -> None:
+                 asked: Asked, max_age_s: float = REPLY_MAX_AGE_S) -> None:
+        """``max_age_s``: replies older than this when read are dropped (see the module docstring)."""
         self._link = link
+        self._max_age_s = max_age_s
         self._couriers = couriers
         self._consumer = consumer
         self._signer = signer
@@ -118,10 +128,23 @@ class ReplyReader:
         for stream in streams:
             entries += await self._link.run(partial(self._claim, stream=stream))
         entries += await self._link.run(lambda r: self._read(r, list(streams)))
+        if entries:
+            now_ms = await self._link.run(_server_ms)
+            stale = [(stream, entry_id) for stream, entry_id, _ in entries
+                     if now_ms - _appended_ms(entry_id) > self._max_age_s * 1000]
+            self._log_stale(stale, now_ms)
         for stream, entry_id, fields in entries:
-            await self._post(streams[stream], fields)
+            if (stream, entry_id) not in stale:
+                await self._post(streams[stream], fields)
             await self._link.run(partial(_ack, stream=stream, entry_id=entry_id))
         return len(entries)
+
+    def _log_stale(self, stale: list[tuple[str, str]], now_ms: int) -> None:
+        if stale:
+            oldest_s = (now_ms - min(_appended_ms(entry_id) for _, entry_id in stale)) / 1000
+            log.warning("dropped %d rebuild repl%s older than %.0f s (the oldest %.0f s old): the front-ends could "
+                        "not post them in time (the coordination server or every front-end was down)",
+                        len(stale), "y" if len(stale) == 1 else "ies", self._max_age_s, oldest_s)
 
     async def _claim(self, redis: Any, stream: str) -> list[tuple[str, str, dict[str, str]]]:
         """Entries another front-end read and never acknowledged (it died before posting them)."""
@@ -183,3 +206,14 @@ class ReplyReader:
 
 async def _ack(redis: Any, stream: str, entry_id: str) -> None:
     await redis.xack(stream, GROUP, entry_id)
+
+
+async def _server_ms(redis: Any) -> int:
+    """The server's clock, in milliseconds (the unit of stream entry ids)."""
+    seconds, microseconds = await redis.time()
+    return int(seconds) * 1000 + int(microseconds) // 1000
+
+
+def _appended_ms(entry_id: Any) -> int:
+    """When the server appended an entry: the first part of its id (``<ms>-<sequence>``)."""
+    return int(describe(entry_id).split("-", 1)[0])

@@ -3,9 +3,10 @@
 :class:`RebuildScheduler` owns every rebuild the bot runs. Per channel it keeps
 at most one rebuild running and at most one waiting behind it: requests made
 while a rebuild runs merge into the waiting one, and everyone who asked hears
-its result. An APScheduler job per channel (:class:`~bot.rebuilds.schedule.ChannelChecks`)
-checks, every interval or on a cron line, whether the channel's sources changed since
-its served build, and only then rebuilds.
+its result: posted once in each channel or thread it was asked from, and privately
+to the further requesters there. An APScheduler job per channel holding sources (:class:`~bot.rebuilds.schedule.ChannelChecks`)
+checks, every interval (at the channel's own offset into it) or on a cron line, whether
+the channel's sources changed since its served build, and only then rebuilds.
 
 A manual request leaves the note ``rebuild_requested`` in the store until its
 build ends (whatever the outcome, except being cancelled), so a request cut
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from apscheduler.job import Job
@@ -32,7 +33,7 @@ from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import send_safely
 from bot.rebuilds.report import rebuild_and_report
-from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.schedule import ChannelChecks, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
 from bot.retention import ChannelRetention
@@ -47,10 +48,12 @@ STOP_NOTICE_TIMEOUT_S = 2.0  # how long stop() waits for each "interrupted" noti
 @dataclass(frozen=True, slots=True)
 class _Requester:
     """Someone waiting for a rebuild's result; ``send`` is None when nobody can be told
-    (a scheduled check, a request resumed after a restart): the result is logged."""
+    (a scheduled check, a request resumed after a restart): the result is logged.
+    ``address`` is where ``send`` posts (None: a place of its own)."""
 
     by: str
     send: Send | None = None
+    address: ReplyAddress | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +67,24 @@ class _Batch:
     @property
     def sends(self) -> list[Send]:
         return [r.send for r in self.requesters if r.send is not None]
+
+    def announced(self) -> tuple[list[Send], list[Send]]:
+        """The sends that announce the build (the first requester's at each address: one post
+        per channel or thread, however many asked there), and those of the further requesters,
+        who are told privately."""
+        public: list[Send] = []
+        private: list[Send] = []
+        places: set[ReplyAddress] = set()
+        for requester in self.requesters:
+            if requester.send is None:
+                continue
+            if requester.address is not None and requester.address in places:
+                private.append(requester.send)
+                continue
+            public.append(requester.send)
+            if requester.address is not None:
+                places.add(requester.address)
+        return public, private
 
     def describe(self) -> str:
         if not self.manual:
@@ -149,10 +170,13 @@ class RebuildScheduler:
 
     async def request(self, key: ChannelKey, requested_by: str, send: Send | None = None,
                       address: ReplyAddress | None = None) -> RequestResult:
-        """A manual rebuild (``address`` is not needed: the result goes to ``send``): returns at once; the rebuild runs in a task. Writes the note before
+        """A manual rebuild: returns at once; the rebuild runs in a task. Writes the note before
         starting, clears it when the build ends (success or BuildError/NothingToBuild) but not when cancelled.
 
-        ``send`` hears the progress and the result (and, when QUEUED, that it waits).
+        ``send`` hears the progress and the result (and, when QUEUED, that it waits). Requests
+        merged into one build from the same ``address`` (where ``send`` posts) see its progress
+        and result posted once there, through the first one's ``send``; the others are told
+        the result privately.
         Raises ``StoreError`` if the note cannot be written; nothing is started then.
         """
         state = self._state(key)
@@ -160,17 +184,18 @@ class RebuildScheduler:
         async with state.note_lock:
             await self._engine.set_note(key, NOTE, f"{requested_by or '?'} at {stamp}")
         # Decided after the await and without awaiting again, so two requests can never both start.
-        requester = _Requester(requested_by, send)
+        requester = _Requester(requested_by, send, address)
         if state.task is None:
             self._launch(key, state, _Batch([requester], manual=True))
             log.info("channel %s: rebuild requested by %s: started", key, requested_by)
             return RequestResult.STARTED
         if state.queued is None:
             state.queued = _Batch([], manual=True)
+        merged = bool(state.queued.requesters)  # the channel was told already that one waits
         state.queued.requesters.append(requester)
         log.info("channel %s: rebuild requested by %s: queued", key, requested_by)
         if send is not None:
-            await send_safely(send, Reply(ReplyKind.PROGRESS, REBUILD_QUEUED_BEHIND))
+            await send_safely(send, Reply(ReplyKind.PROGRESS, REBUILD_QUEUED_BEHIND, private=merged))
         return RequestResult.QUEUED
 
     async def check(self, key: ChannelKey) -> bool:
@@ -181,7 +206,7 @@ class RebuildScheduler:
         if state.task is not None:
             log.debug("channel %s: scheduled check skipped: a rebuild runs", key)
             return False
-        if not await changed_since_served(self._engine, key):
+        if not await self._checks.worth_building(self._engine, key):
             return False
         if state.task is not None:  # a request came in while stats were read
             return False
@@ -285,10 +310,13 @@ class RebuildScheduler:
     async def _build(self, key: ChannelKey, batch: _Batch) -> None:
         """One rebuild, reported to the batch's requesters (or the log). Never raises but CancelledError."""
         log.info("channel %s: rebuild started (%s)", key, batch.describe())
-        reply, _ = await rebuild_and_report(self._engine, key, batch.sends, self._config.progress_every_s,
+        public, private = batch.announced()
+        reply, _ = await rebuild_and_report(self._engine, key, public, self._config.progress_every_s,
                                             batch.describe(), self._metrics, self._budget)
         batch.answered = True
-        await asyncio.gather(*(send_safely(send, reply) for send in batch.sends))
+        told = replace(reply, private=True)
+        await asyncio.gather(*(send_safely(send, reply) for send in public),
+                             *(send_safely(send, told) for send in private))
 
 
 async def _send_within(send: Send, reply: Reply, timeout_s: float) -> None:

@@ -2,10 +2,12 @@
 :class:`bot.rebuilds.in_process.RebuildScheduler`, over Redis and the job queue.
 
 * A request is recorded (:mod:`~bot.rebuilds.requests`) and a job enqueued once per
-  channel; the requester hears "queued" now and the progress and result later, from the
-  worker through the reply stream, posted by whichever front-end reads it.
-* Every replica runs the schedule; checks fire together (aligned intervals) and the
-  first replica to claim a channel's period enqueues its job. No replica is special.
+  channel; the requester hears "queued" now (privately when other requests already wait
+  for the same build) and the progress and result later, from the worker through the
+  reply stream, posted by whichever front-end reads it, once per channel or thread.
+* Every replica runs the schedule; a channel's checks fire together on every replica
+  (each channel at its own offset into the interval) and the first replica to claim the
+  channel's period enqueues its job. No replica is special.
 * A sweep every ``sweep_every_s`` enqueues a job for channels whose requests wait with
   no job and no lease: a worker died mid-build, or a job was lost.
 * With Redis unreachable, requests are kept in this process and sent when it is back
@@ -35,7 +37,7 @@ from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
 from bot.rebuilds.job_queue import RebuildQueue
 from bot.rebuilds.requests import RebuildRequests, Requester
-from bot.rebuilds.schedule import ChannelChecks, changed_since_served, schedule_of
+from bot.rebuilds.schedule import ChannelChecks, period_of, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.retention import ChannelRetention
 from raptor_engine import ChannelKey, channel_digest
@@ -58,7 +60,7 @@ class QueuedRebuilds:
         self._requests = RebuildRequests(link, RecordSigner(coordination.secret.get_secret_value()))
         self._leases = ChannelLeases(link, coordination.lease_s)  # only to name lease keys
         self._outbox: list[tuple[ChannelKey, Requester]] = []  # requests made while Redis was down
-        self._checks = ChannelChecks(config, self.check, ChannelRetention(engine, config), aligned=True)
+        self._checks = ChannelChecks(config, self.check, ChannelRetention(engine, config))
 
     # -- life cycle ------------------------------------------------------------
 
@@ -102,23 +104,25 @@ class QueuedRebuilds:
         ``address`` (default: the channel itself). Always ``QUEUED``: nothing runs here."""
         requester = Requester(requested_by, address or ReplyAddress(key))
         try:
-            await self._send_request(key, requester)
+            waiting = await self._send_request(key, requester)
         except CoordinationDown:
             self._outbox.append((key, requester))
             await send(Reply(ReplyKind.INFO, replies.REBUILDS_WAIT, thread=requester.address.thread))
             return RequestResult.QUEUED
-        await send(Reply(ReplyKind.PROGRESS, replies.REBUILD_ENQUEUED, thread=requester.address.thread))
+        # The first request of the next build is said in the channel; those merged into it privately.
+        await send(Reply(ReplyKind.PROGRESS, replies.REBUILD_ENQUEUED, private=waiting > 1,
+                         thread=requester.address.thread))
         return RequestResult.QUEUED
 
     async def check(self, key: ChannelKey) -> bool:
         """The scheduled check: enqueues a job if the channel's sources changed since its
         served tree and no replica claimed this period yet. True if this call enqueued."""
-        if not await changed_since_served(self._engine, key):
+        if not await self._checks.worth_building(self._engine, key):
             return False
-        claim = self._link.key("checked", channel_digest(key), str(self._period(key)))
-        period_s = int(self._period_s(key))
+        period, period_s = period_of(schedule_of(self._config, key), key, time.time())
+        claim = self._link.key("checked", channel_digest(key), str(period))
         try:
-            if not await self._link.run(lambda r: r.set(claim, "1", nx=True, ex=max(period_s, 60))):
+            if not await self._link.run(lambda r: r.set(claim, "1", nx=True, ex=max(int(period_s), 60))):
                 return False  # another replica checked this period
             return await asyncio.to_thread(self._queue.enqueue_once, key, "scheduled: sources changed")
         except CoordinationDown:
@@ -165,18 +169,11 @@ class QueuedRebuilds:
 
     # -- internals ---------------------------------------------------------------
 
-    async def _send_request(self, key: ChannelKey, requester: Requester) -> None:
-        await self._requests.add(key, requester)
+    async def _send_request(self, key: ChannelKey, requester: Requester) -> int:
+        """Records the request and enqueues the channel; how many requests wait, this one included."""
+        waiting = await self._requests.add(key, requester)
         await asyncio.to_thread(self._queue.enqueue_once, key, f"requested by {requester.by or '?'}")
-
-    def _period_s(self, key: ChannelKey) -> float:
-        schedule = schedule_of(self._config, key)
-        return 60.0 if schedule.cron is not None else schedule.every_minutes * 60
-
-    def _period(self, key: ChannelKey) -> int:
-        """Which period of the channel's schedule now falls in (the same on every replica):
-        checks of one period, whichever replica runs them, share one claim."""
-        return int(time.time() // self._period_s(key))
+        return waiting
 
 
 async def _exists(redis: Any, keys: tuple[str, ...]) -> int:

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 
 from bot.engine_calls import AsyncEngine
-from bot.errors import explain, log_failure
+from bot.errors import log_failure, names_servers, new_reference
 from bot.model_budget import ModelBudget, ModelBudgetReached
 from bot.neutral import Reply, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import ProgressRelay
-from bot.replies import held_back_text, rebuild_failed_text, report_sentence
+from bot.replies import error_text, held_back_text, rebuild_failed_text, report_sentence
 from raptor_engine import (
     BuildBusy,
     BuildHeldBack,
@@ -68,8 +68,10 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
         log.warning("channel %s: rebuild held back (%s): %s", key, why, exc.reason)
     except RaptorError as exc:
         error = exc
-        reply = Reply(ReplyKind.ERROR, explain(exc))
-        log.warning("channel %s: rebuild failed (%s): %s", key, why, exc)
+        reference = new_reference() if names_servers(exc) else ""  # its message is the log's only
+        reply = Reply(ReplyKind.ERROR, error_text(exc, reference), reference=reference)
+        log.warning("channel %s: rebuild failed (%s): %s%s", key, why, exc,
+                    f" (reference {reference})" if reference else "", extra={"reference": reference})
     except Exception as exc:
         error = exc
         reference = log_failure(log, "channel %s: rebuild failed unexpectedly (reference %s)", key)

@@ -98,21 +98,23 @@ class RebuildRequests:
     def _told(self, key: ChannelKey) -> str:
         return self._link.key("told", channel_digest(key))
 
-    async def add(self, key: ChannelKey, requester: Requester) -> None:
-        """Records a request. Raises ``ValueError`` if it is to be answered outside ``key``
-        (a request is answered in the channel it came from), ``CoordinationDown``."""
+    async def add(self, key: ChannelKey, requester: Requester) -> int:
+        """Records a request; returns how many wait for the channel's next build, this one
+        included. Raises ``ValueError`` if it is to be answered outside ``key`` (a request is
+        answered in the channel it came from), ``CoordinationDown``."""
         if requester.address.channel != key:
             raise ValueError(f"a rebuild request of {key} is answered in that channel, not {requester.address.channel}")
         waiting, _ = self._keys(key)
         record = json.dumps(self._signer.signed(REQUEST_PURPOSE, requester.fields()))
 
-        async def add(redis: Any) -> None:
+        async def add(redis: Any) -> int:
             async with redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(waiting, record)
                 pipe.sadd(self._pending, channel_text(key))
-                await pipe.execute()
+                length, _ = await pipe.execute()
+                return int(length)
 
-        await self._link.run(add)
+        return await self._link.run(add)
 
     async def pending_channels(self) -> list[ChannelKey]:
         """Channels with requests not yet told. Raises ``CoordinationDown``."""

@@ -9,7 +9,8 @@ its clustering process stay loaded between jobs). A job of a channel:
    again for whatever was requested meanwhile before it lets the lease go);
 3. under the lease, takes the waiting requests (and those a dead worker left), builds
    (the engine's build guard checks the job's lease; it does not take it again), and
-   tells each requester through the reply stream, which a front-end posts;
+   tells the requesters through the reply stream, which a front-end posts: once per
+   channel or thread asked from, however many asked there;
 4. builds again while requests came in meanwhile, then lets the lease go.
 
 A job with no requesters (a scheduled check) builds only if the channel's sources
@@ -130,17 +131,21 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
     ``held`` (which stops being renewed when they stop). Raises ``BuildSuperseded`` untold."""
     why = "requested by " + ", ".join(r.by or "?" for r in requesters) if requesters else "scheduled"
     log.info("channel %s: rebuild started (%s)", key, why)
-    sends = [context.sender(r.address) for r in requesters]
+    # One post per place asked from: requests merged into this build from one channel or
+    # thread are told there once, not once each.
+    addresses = list(dict.fromkeys(r.address for r in requesters))
+    sends = [context.sender(address) for address in addresses]
     held.progressed()  # a build starting is progress: the time before it (another build, the store) is not its own
     reply, error = await rebuild_and_report(context.engine, key, sends, context.config.bot.progress_every_s, why,
                                             context.metrics, context.budget, watch=held.progressed)
     if isinstance(error, BuildSuperseded):
         raise error  # whoever took over tells them
-    for requester, send in zip(requesters, sends):
+    for address, send in zip(addresses, sends):
         try:
-            await send(Reply(reply.kind, reply.text, reference=reply.reference, thread=requester.address.thread))
+            await send(Reply(reply.kind, reply.text, reference=reply.reference, thread=address.thread))
         except CoordinationDown:
-            log.warning("channel %s: could not tell %s the result: Redis is down", key, requester.by)
+            log.warning("channel %s: could not tell %s the result: Redis is down", key,
+                        ", ".join(r.by or "?" for r in requesters if r.address == address))
     return "failed" if error is not None else "built"
 
 

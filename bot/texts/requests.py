@@ -6,10 +6,19 @@ import math
 from collections.abc import Sequence
 
 from bot.commands import COMMANDS
-from bot.errors import explain
+from bot.errors import explain, names_servers
 from bot.texts.sources import rejected_text
 from bot.texts.words import capitalised, count, in_time, megabytes
-from raptor_engine import DocumentRejected
+from raptor_engine import (
+    DocumentRejected,
+    ModelBadResponse,
+    ModelRequestRejected,
+    ModelTimeout,
+    ModelUnavailable,
+    StoreError,
+    StoreTimeout,
+    StoreUnavailable,
+)
 
 
 def help_text(unknown: str = "") -> str:
@@ -115,21 +124,46 @@ def stored_cap_text(name: str, size: int, held: int, cap: int) -> str:
 # -- errors --------------------------------------------------------------------------
 
 
-def error_text(error: Exception) -> str:
+def error_text(error: Exception, reference: str = "") -> str:
     """A known error's message as a sentence (they are written for people already;
-    :func:`bot.errors.explain` adds the configuration key to change where one applies)."""
+    :func:`bot.errors.explain` adds the configuration key to change where one applies).
+    A failure of the bot's own servers (:func:`bot.errors.names_servers`) is told by its
+    kind alone, never by its message, which names the server; ``reference`` ties it to
+    the log line that has the message."""
     if isinstance(error, DocumentRejected):
         return rejected_text(error)
+    if names_servers(error):
+        return server_failure_text(error, reference)
     return capitalised(explain(error).strip() or type(error).__name__)
 
 
-def store_error_text(error: Exception, reference: str) -> str:
-    """The store (Chroma) failed, or did not answer in time: its message, and the reference of
-    the log line, since only the operator can do something about it."""
-    return (
-        f"{error_text(error).rstrip('.')}. Please try again in a minute; if it keeps happening, "
-        f"tell the bot's operator (reference {reference})."
-    )
+def server_failure_text(error: Exception, reference: str) -> str:
+    """A failure of the language model or of the document store, said without naming where
+    either runs (a host, a URL, a port): the person cannot act on it, and the operator
+    finds it in the log under ``reference``."""
+    return (f"{_failed_server(error)}, so I could not finish that. Please try again later; if it keeps "
+            f"happening, tell the bot's operator (reference {reference or '-'}).")
+
+
+def _failed_server(error: Exception) -> str:
+    """What failed, from the error's kind and the fields that name no place."""
+    if isinstance(error, ModelTimeout):
+        return "The language model did not answer in time"
+    if isinstance(error, ModelUnavailable):
+        return f"The language model failed (HTTP {error.status})" if error.status else \
+            "The language model could not be reached"
+    if isinstance(error, ModelRequestRejected):
+        status = f" (HTTP {error.status})" if error.status else ""
+        return f"The language model refused the request{status}"
+    if isinstance(error, ModelBadResponse):
+        return "The language model gave an unusable response"
+    if isinstance(error, StoreTimeout):
+        return "The document store (Chroma) did not answer in time"
+    if isinstance(error, StoreUnavailable):
+        return "The document store (Chroma) cannot be reached just now"
+    if isinstance(error, StoreError):
+        return "The document store (Chroma) failed"
+    return "The embedding or language model failed"
 
 
 def unexpected_text(reference: str) -> str:

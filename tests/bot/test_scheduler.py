@@ -13,6 +13,7 @@ import re
 import time
 from datetime import datetime, timedelta
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +22,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot.config import BotConfig, ChannelConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
-from bot.neutral import Reply, ReplyKind
+from bot.neutral import Reply, ReplyAddress, ReplyKind
 from bot.rebuilds.in_process import NOTE, RebuildScheduler
 from bot.rebuilds.relay import ProgressRelay
-from bot.rebuilds.schedule import MISFIRE_GRACE_S
+from bot.rebuilds.schedule import EPOCH, MISFIRE_GRACE_S, offset_s
 from bot.rebuilds.service import RequestResult
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND, progress_text, report_sentence
 from raptor_engine.engine import Engine, EngineSettings
@@ -224,6 +225,32 @@ def test_requests_while_running_merge_into_one_queued_rebuild(
     assert first.received[-1][0] <= second.received[-1][0]
     assert engine.stats(channel).version == 2
     assert NOTE not in engine.notes(channel)
+
+
+def test_requests_merged_from_one_place_see_the_result_posted_once(engine: Engine, channel: ChannelKey) -> None:
+    """Requests from one channel (or thread) merged into one build: its result is posted
+    there once, by the first request's send; the others are told privately."""
+    engine.ingest_file(channel, SAMPLE)
+    first, bob, cy, dee, threaded = Inbox(), Inbox(), Inbox(), Inbox(), Inbox()
+    here, thread = ReplyAddress(channel), ReplyAddress(channel, "T.1")
+
+    async def scenario() -> None:
+        scheduler = RebuildScheduler(AsyncEngine(engine), QUIET)
+        await scheduler.request(channel, "ann", first, here)
+        for name, inbox, address in (("bob", bob, here), ("cy", cy, here), ("dee", dee, here),
+                                     ("eve", threaded, thread)):
+            assert await scheduler.request(channel, name, inbox, address) is RequestResult.QUEUED
+        await scheduler.wait_idle()
+
+    asyncio.run(scenario())
+    assert [r.private for r in first.replies] == [False]  # the first build: one requester
+    public = [r for inbox in (bob, cy, dee) for r in inbox.replies if r.kind is ReplyKind.INFO and not r.private]
+    assert [r.text[:17] for r in public] == ["Rebuilt: tree v2 "]  # the merged build, posted once here
+    assert [(r.kind, r.private) for r in bob.replies] == [(ReplyKind.PROGRESS, False), (ReplyKind.INFO, False)]
+    for inbox in (cy, dee):  # merged: the queued notice and the result, each privately
+        assert [(r.kind, r.private) for r in inbox.replies] == [(ReplyKind.PROGRESS, True), (ReplyKind.INFO, True)]
+        assert inbox.replies[1].text == bob.replies[1].text
+    assert [r.private for r in threaded.replies] == [True, False]  # another place: its own post of the result
 
 
 def test_a_channel_without_sources_reports_an_error_and_clears_the_note(engine: Engine, channel: ChannelKey) -> None:
@@ -436,7 +463,10 @@ def test_jobs_follow_the_configured_schedules(engine: Engine, channel: ChannelKe
         assert job is not None and isinstance(job.trigger, IntervalTrigger)
         assert job.trigger.interval == timedelta(minutes=30)
         assert (job.coalesce, job.max_instances, job.misfire_grace_time) == (True, 1, MISFIRE_GRACE_S)
-        assert abs(job.next_run_time - (started + timedelta(minutes=30))) < timedelta(seconds=10)
+        # Within the next half hour, at the channel's own offset into it (not all channels at once).
+        assert started < job.next_run_time <= started + timedelta(minutes=30)
+        offset = (job.next_run_time - EPOCH).total_seconds() % 1800
+        assert abs(offset - offset_s(channel, 1800)) < 1, (offset, offset_s(channel, 1800))
         assert (await scheduler.status(channel)).next_run == job.next_run_time
 
         cron = scheduler.job(nightly)
@@ -470,3 +500,92 @@ def test_the_scheduler_runs_the_check_on_its_interval(engine: Engine, channel: C
         return engine.stats(channel).version
 
     assert asyncio.run(scenario()) == 1
+
+
+# -- spread, and only channels that hold sources --------------------------------------------------
+
+
+def test_checks_are_spread_over_the_interval_and_agree_across_replicas(engine: Engine) -> None:
+    """Sixty channels every 30 minutes: their checks fall all over the half hour instead of in
+    one second, and two processes (replicas, or a restart) put each channel's at the same moment."""
+    keys = [other_channel(f"spread-{number}") for number in range(60)]
+    for key in keys:
+        small_channel(engine, key)
+    config = BotConfig(schedule=ScheduleConfig(every_minutes=30))
+
+    async def next_runs() -> list[datetime]:
+        scheduler = RebuildScheduler(AsyncEngine(engine), config)
+        await scheduler.start()
+        try:
+            return [scheduler.job(key).next_run_time for key in keys]  # type: ignore[union-attr]
+        finally:
+            await scheduler.stop()
+
+    first, second = asyncio.run(next_runs()), asyncio.run(next_runs())
+    assert first == second
+    minutes = sorted({int((run - EPOCH).total_seconds() % 1800 // 60) for run in first})
+    assert len(minutes) >= 20, minutes  # spread over the half hour, not bunched
+
+
+def test_a_question_in_a_fresh_channel_registers_nothing_and_schedules_nothing(
+        engine: Engine, channel: ChannelKey, tmp_path: Path) -> None:
+    import chromadb
+    from chromadb.config import Settings
+
+    from bot.config import Config
+    from bot.handler import ChatHandler
+    from bot.neutral import Person, Question
+    from bot.replies import NO_MATERIAL
+    from raptor_engine import channel_digest
+
+    dm = other_channel("D-" + channel.channel)
+    small_channel(engine, channel)
+    known = engine.channels()
+    chroma = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=Settings(anonymized_telemetry=False))
+    said: list[Reply] = []
+
+    async def ask_then_restart() -> tuple[bool, bool]:
+        scheduler = RebuildScheduler(AsyncEngine(engine), BotConfig())
+        await scheduler.start()
+        handler = ChatHandler(AsyncEngine(engine), Config(), scheduler)
+
+        async def send(reply: Reply) -> None:
+            said.append(reply)
+
+        await handler.handle(Question(dm, Person("U-new"), "Where is the handbook?"), send)
+        scheduled_now = scheduler.job(dm) is not None
+        await scheduler.stop()
+        restarted = RebuildScheduler(AsyncEngine(engine), BotConfig())
+        await restarted.start()  # schedules what the store lists
+        scheduled_after = restarted.job(dm) is not None
+        await restarted.stop()
+        return scheduled_now, scheduled_after
+
+    assert asyncio.run(ask_then_restart()) == (False, False)
+    assert [r.text for r in said] == [NO_MATERIAL]
+    assert engine.channels() == known  # no registry entry
+    assert not [c.name for c in chroma.list_collections() if channel_digest(dm) in c.name]  # nor collection
+
+
+def test_a_channel_that_holds_no_source_any_more_stops_being_checked(engine: Engine, channel: ChannelKey) -> None:
+    small_channel(engine, channel)
+    emptied = other_channel(channel.channel + "-emptied")
+    small_channel(engine, emptied, "Owls hunt at night.")
+    config = BotConfig(schedule=ScheduleConfig(every_minutes=30))
+
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        scheduler = RebuildScheduler(AsyncEngine(engine), config)
+        await scheduler.start()
+        had_job = scheduler.job(emptied) is not None
+        for source in engine.sources(emptied):
+            engine.forget(emptied, source.id)
+        checked = [await scheduler.check(key) for key in (emptied, channel)]
+        await scheduler.wait_idle()
+        dropped = scheduler.job(emptied) is None and scheduler.job(channel) is not None
+        small_channel(engine, emptied, "Owls can turn their heads very far.")
+        scheduler.watch(emptied)  # what adding a source does
+        back = scheduler.job(emptied) is not None
+        await scheduler.stop()
+        return had_job, checked == [False, True], dropped, back
+
+    assert asyncio.run(scenario()) == (True, True, True, True)

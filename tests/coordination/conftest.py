@@ -19,7 +19,7 @@ import redis
 from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import ReplyReader
 from bot.coordination.signing import RecordSigner
-from bot.deploy_config import CoordinationConfig
+from bot.deploy_config import REPLY_MAX_AGE_S, CoordinationConfig
 from bot.neutral import Courier
 from bot.rebuilds.requests import RebuildRequests
 from testkit.cluster import COORDINATION_SECRET
@@ -38,9 +38,10 @@ def signer() -> RecordSigner:
     return RecordSigner(COORDINATION_SECRET)
 
 
-def reply_reader(link: RedisLink, couriers: Mapping[str, Courier], consumer: str) -> ReplyReader:
+def reply_reader(link: RedisLink, couriers: Mapping[str, Courier], consumer: str,
+                 max_age_s: float = REPLY_MAX_AGE_S) -> ReplyReader:
     """A front-end's reader of rebuild replies, as ``bot.front_end.FrontEnd.reader`` makes it."""
-    return ReplyReader(link, couriers, consumer, signer(), RebuildRequests(link, signer()).asked)
+    return ReplyReader(link, couriers, consumer, signer(), RebuildRequests(link, signer()).asked, max_age_s)
 
 
 @pytest.fixture(scope="session")

@@ -56,3 +56,13 @@ def test_a_worker_without_coordination_says_what_to_set(tmp_path: Path) -> None:
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "RAPTOR_CONFIG": ""})
     assert result.returncode == 1
     assert "coordination.redis_url" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_front_ends_index_is_one_of_the_front_ends(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("chroma: {host: 127.0.0.1}\ncoordination: {redis_url: 'redis://h:6379/0', "
+                    "secret: '${COORDINATION_SECRET}', front_end_index: '${REPLICA}', front_ends: 2}\n")
+    secret = "signing-secret-4b1d" * 2
+    assert load_config(path, {"COORDINATION_SECRET": secret, "REPLICA": "1"}).coordination.front_end_index == 1
+    with pytest.raises(ConfigError, match="front_end_index counts from 0"):
+        load_config(path, {"COORDINATION_SECRET": secret, "REPLICA": "2"})

@@ -199,6 +199,10 @@ def test_slash_commands_buttons_and_votes_end_to_end(engine: Engine, tmp_path: P
             lambda: next((r for r in world.engine.answers(key) if r.answer_id == answer_id and len(r.votes) == 2), None)
         )
         assert record.votes == {world.alice["user"]["id"]: 1, world.mod["user"]["id"]: -1}
+        # The admin's feedback report holds what people said in a private form: for the asker only.
+        report = await world.slash("general", "feedback", who=world.mod)
+        (said,) = await world.replies(report)
+        assert is_ephemeral(said) and "👎" in said["content"], said
 
         # `/raptor node` opens the summary's children, down to an excerpt (a root's are summaries).
         below = child.group(1)

@@ -25,12 +25,16 @@ import pytest
 from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bot.config import BotConfig, Config, DiscordConfig
-from bot.coordination.deliveries import LocalLedger
+from bot.coordination.deliveries import DeliveryLedger, FrontEndShare, LocalLedger, SharedLedger
+from bot.coordination.link import RedisLink
+from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.neutral import Reply, ReplyAddress, ReplyKind
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
+from testkit.cluster import COORDINATION_SECRET
 from testkit.discord_api import FakeDiscord, message_text
+from testkit.valkey import ValkeyProcess
 from tests.adapters.discord_bot.conftest import ADMIN_ID, World, make_world_fake, run_world
 from tests.adapters.recording import recorded
 
@@ -122,9 +126,12 @@ def test_the_courier_posts_to_the_channel_or_thread_named(
 
 
 @asynccontextmanager
-async def two_front_ends(engine: Engine, tmp_path: Path) -> AsyncIterator[tuple[World, World]]:
-    """Two Assistants sharing one delivery ledger, each with a client connected to the one
-    stand-in, which sends every gateway event on every connection (as Discord does)."""
+async def two_front_ends(engine: Engine, tmp_path: Path,
+                         ledgers: tuple[DeliveryLedger, DeliveryLedger] | None = None
+                         ) -> AsyncIterator[tuple[World, World]]:
+    """Two Assistants sharing one delivery ledger (or each with its own of ``ledgers``), each
+    with a client connected to the one stand-in, which sends every gateway event on every
+    connection (as Discord does)."""
     fake, guild, other, people = make_world_fake()
     await fake.start()
 
@@ -139,12 +146,12 @@ async def two_front_ends(engine: Engine, tmp_path: Path) -> AsyncIterator[tuple[
     fake.dispatch = to_every_connection  # type: ignore[method-assign]
     settings = DiscordConfig.model_validate(
         {"token": "fake-token", "api_base_url": fake.base_url, "gateway_url": fake.gateway_url})
-    ledger = LocalLedger()
+    shared = LocalLedger()
     worlds: list[World] = []
     try:
-        for name in ("one", "two"):
+        for number, name in enumerate(("one", "two")):
             config = Config(data_dir=tmp_path / name, discord=settings, bot=BotConfig(admins=[ADMIN_ID]))
-            bot = Assistant(config, AsyncEngine(engine), deliveries=ledger)
+            bot = Assistant(config, AsyncEngine(engine), deliveries=ledgers[number] if ledgers else shared)
             await bot.start(warm_up=False)
             clients: list[DiscordClient] = []
             task = asyncio.create_task(run_discord(bot, settings, guild_ready_timeout=0.05, on_client=clients.append))
@@ -201,5 +208,34 @@ def test_two_front_ends_handle_each_event_once(engine: Engine, tmp_path: Path) -
                 assert posted == ["Added", "Removed"] * (round_ + 1), posted
             assert handled().count("Pin") == 2 and handled().count("Unpin") == 2
             assert not [c for c in fake.calls if c.status >= 400]
+
+    asyncio.run(session())
+
+
+def test_with_redis_down_each_message_is_answered_by_the_one_front_end_owning_it(engine: Engine,
+                                                                               tmp_path: Path) -> None:
+    """Each front-end's ledger is the one a deployment gives it (Redis, its place among the two
+    front-ends), and the Valkey server is stopped: every message still gets one answer."""
+    valkey = ValkeyProcess(directory=tmp_path / "valkey").start()
+    url = valkey.url
+    valkey.stop()
+
+    def ledger(index: int) -> SharedLedger:
+        settings = CoordinationConfig.model_validate({"redis_url": url, "secret": COORDINATION_SECRET,
+                                                      "connect_timeout_s": 0.2, "front_end_index": index,
+                                                      "front_ends": 2})
+        return SharedLedger(RedisLink(settings), settings.event_ttl_s, FrontEndShare(index, 2))
+
+    async def session() -> None:
+        async with two_front_ends(engine, tmp_path, (ledger(0), ledger(1))) as (one, two):
+            fake, general = one.fake, one.channel("general")
+            events = [recorded(one.bot), recorded(two.bot)]
+            asked = [await one.mention("general", "help") for _ in range(8)]
+            await one.bot_posts(general, len(asked))
+            await quiet(fake, 1.0)
+            answered_to = [m.get("message_reference", {}).get("message_id") for m in fake.bot_messages(general)]
+            assert sorted(answered_to) == sorted(m["id"] for m in asked), answered_to  # each once
+            owned_by_one = [FrontEndShare(0, 2).owns(f"discord:message:{m['id']}") for m in asked]
+            assert [len(events[0]), len(events[1])] == [owned_by_one.count(True), owned_by_one.count(False)]
 
     asyncio.run(session())

@@ -116,6 +116,16 @@ def test_thumbs_down_opens_the_form_and_its_reason_is_stored_with_the_answer(eng
         assert (feedback.person.id, feedback.answer_id, feedback.reason, feedback.correction) == (
             BEN, answer_id, WRONG, RIGHT)
 
+        # Ben gave his reason in a private form: the admin's report of it is Ana's eyes only.
+        posted_before = len(slack.posts(CHANNEL))
+        assert (await slack.slash(CHANNEL, ANA, "feedback")).status == 200
+        [report] = await slack.wait_until(lambda: [e for e in slack.ephemerals(CHANNEL) if e["user"] == ANA],
+                                          what="the feedback report")
+        assert WRONG in report["text"], report["text"]
+        await settle(running, bot)
+        assert len(slack.posts(CHANNEL)) == posted_before
+        assert WRONG not in json.dumps(slack.messages[CHANNEL])
+
     run(engine, tmp_path, mode, body)
 
 
