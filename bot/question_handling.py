@@ -32,6 +32,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from bot import replies
 from bot.config import Config
@@ -144,6 +145,8 @@ class QuestionHandling:
             return "no_material"
         except Exception as exc:
             failure = self._failure_reply(event, exc)
+            if pacer.text:  # part of the answer is on screen: say it is not the whole of it
+                failure = replace(failure, text=replies.broke_off_text(failure.text))
             if pacer.finished:  # the draft's own finish failed: the error goes as a message of its own
                 await self._send_error(send, failure)
             else:

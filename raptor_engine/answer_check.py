@@ -43,6 +43,7 @@ _LEADING_MARKERS = re.compile(r"(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])+")
 _HEADING = re.compile(r"^#{1,6}\s")
 _STRUCTURE = re.compile(r"#{1,6}\s|\||```")  # a heading, a table row, a fence
 _FENCE = re.compile(r"^```", re.MULTILINE)
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _ELLIPSIS = "…"
 
 
@@ -102,7 +103,9 @@ def answer_claims(text: str) -> list[Claim]:
     """The sentences of an answer's ``text``, each with the citation numbers it carries.
 
     Markers written after a sentence's full stop ("It rains. [1] Then...") belong to the
-    sentence before them, as a reader takes them.
+    sentence before them, as a reader takes them; a sentence citing nothing takes the
+    numbers of the next sentence of its paragraph that cites (one marker ending a paragraph
+    cites the paragraph, as the offline answerer's leading summary is cited).
     """
     spans: list[list[int]] = []
     for start, end in split_sentences(text):
@@ -115,9 +118,13 @@ def answer_claims(text: str) -> list[Claim]:
         if start < end:
             spans.append([start, end])
     fences = _fenced(text)
-    return [Claim(text[start:end], _numbers(text[start:end]),
-                  not (_STRUCTURE.match(text, start) or any(a <= start < b for a, b in fences)))
-            for start, end in spans]
+    numbers = [_numbers(text[start:end]) for start, end in spans]
+    for index in range(len(spans) - 2, -1, -1):
+        same_paragraph = not _PARAGRAPH_BREAK.search(text, spans[index][1], spans[index + 1][0])
+        if not numbers[index] and same_paragraph:
+            numbers[index] = numbers[index + 1]
+    return [Claim(text[start:end], cited, not (_STRUCTURE.match(text, start) or any(a <= start < b for a, b in fences)))
+            for (start, end), cited in zip(spans, numbers)]
 
 
 def _fenced(text: str) -> list[tuple[int, int]]:

@@ -66,6 +66,11 @@ def unsupported_note(answer: Answer, drop_unsupported: bool = False) -> str:
     return f"{UNSUPPORTED_NOTE} {quoted}{more}."
 
 
+def broke_off_text(failure: str) -> str:
+    """The failure of an answer that had begun to show: the words shown are not the whole answer."""
+    return f"The answer broke off before it was complete. {failure}"
+
+
 def answer_reply(answer: Answer, thread: str = "", answer_id: str = "", drop_unsupported: bool = False) -> Reply:
     """The answer with its numbered citations, in the question's thread: its unsupported
     sentences marked (or left out) and the note saying so after the answer's own warning."""

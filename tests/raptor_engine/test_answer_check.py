@@ -53,6 +53,11 @@ def test_markers_written_after_the_full_stop_belong_to_the_sentence_before() -> 
     ]
 
 
+def test_a_marker_ending_a_paragraph_cites_the_sentences_before_it_in_that_paragraph() -> None:
+    claims = answer_claims("Lead one. Lead two. [1]\n\nBody A [2]. Body B.\n\nAlone here.")
+    assert [c.numbers for c in claims] == [(1,), (1,), (2,), (), ()]
+
+
 def test_a_quote_is_verbatim_up_to_whitespace_case_and_unicode_forms() -> None:
     source = "The ﬁle server\n  restarts at NOON every day."  # a ligature, a line break, capitals
     assert is_verbatim("the file server restarts at noon", [source])

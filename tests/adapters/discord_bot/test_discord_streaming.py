@@ -33,7 +33,8 @@ from tests.conftest import SAMPLE
 QUESTION = "What does the on-call engineer do?"
 ANSWER = ("The on-call engineer carries the pager for a week [2] and watches the alerts channel [1]. "
           "They are the first responder for incidents and hand over in a fifteen-minute meeting [99]. "
-          "If a page is not acknowledged within ten minutes, it escalates to the secondary [1][2].")
+          "If a page is not acknowledged within ten minutes, it escalates to the secondary [1][2].\n\n"
+          "Every page is also printed on paper and filed by the finance department.")  # supported by nothing
 FIRST_WORDS_S = 1.5
 
 
@@ -90,9 +91,9 @@ def test_an_answer_is_posted_at_its_first_words_and_edited_until_complete(
         assert (shown[0]["content"] or None) == (expected.content or None)
         assert shown[0]["embeds"] == [e.to_dict() for e in expected.embeds]
         assert shown[0]["components"]  # the feedback buttons came with the last edit
-        # The sentence left citing nothing once [99] was dropped is marked, with the note at the end.
+        # The sentence no passage supports is marked, with the note at the end.
         texts = [shown[0]["content"] or "", *(e.get("description") or "" for e in shown[0]["embeds"])]
-        assert any("fifteen-minute meeting. ⚠" in t for t in texts), texts
+        assert any("filed by the finance department. ⚠" in t for t in texts), texts
         assert any(replies.UNSUPPORTED_NOTE in t for t in texts), texts
 
     run(stub, embedder, tmp_path, body)

@@ -42,7 +42,8 @@ QUESTION = "What does the on-call engineer do?"
 # About 60 tokens at 30 a second: two seconds of writing, citations to renumber and one to drop.
 ANSWER = ("The on-call engineer carries the pager for a week [2] and watches the alerts channel [1]. "
           "They are the first responder for incidents and hand over in a fifteen-minute meeting [99]. "
-          "If a page is not acknowledged within ten minutes, it escalates to the secondary [1][2].")
+          "If a page is not acknowledged within ten minutes, it escalates to the secondary [1][2].\n\n"
+          "Every page is also printed on paper and filed by the finance department.")  # supported by nothing
 FIRST_WORDS_S = 1.5
 
 Body = Callable[[SlackStandIn, SlackRunning, Assistant, OpenAIStub], Awaitable[None]]
@@ -125,21 +126,20 @@ def test_an_answer_streams_natively_in_its_thread(stub: OpenAIStub, embedder: Se
         assert start.at - sent < FIRST_WORDS_S, start.at - sent
         assert len(appends) >= 1 and start.at < appends[0].at and appends[-1].at < stop.at < update.at
         assert all(gap >= STREAM_EVERY_S - 0.05 for gap in gaps([start, *appends])), gaps([start, *appends])
-        # What was streamed is the answer's text, citations already renumbered, [99] gone (its
-        # sentence, left citing nothing, is marked unsupported: the stream stops where the marked
-        # text no longer continues it) ...
+        # What was streamed is the answer's text, citations already renumbered, [99] gone (a
+        # sentence marked unsupported ends the stream where the marked text no longer continues it) ...
         answer = await bot.engine.answer(key(), QUESTION)
         assert answer.text.startswith(streamed_text([start, *appends, stop]))
         assert "[99]" not in answer.text and "[3]" not in answer.text
         # ... and the finished message is the non-streamed answer, rendered exactly, in place,
-        # the sentence that cites nothing marked in its markdown block and its fallback text.
+        # the sentence no passage supports marked in its markdown block and its fallback text.
         [expected] = await expected_messages(bot, asked["ts"])
         shown = slack.shown(CHANNEL, start.params and update.params["ts"])
         assert shown is not None and shown["ts"] == update.params["ts"]
         assert (shown["text"], shown["blocks"]) == (expected["text"], as_slack_keeps(expected["blocks"]))
         [markdown] = [b["text"] for b in shown["blocks"] if b["type"] == "markdown"]
         for text in (markdown, shown["text"]):
-            assert "fifteen-minute meeting. ⚠" in text, text
+            assert "filed by the finance department. ⚠" in text, text
         warning = [b for b in shown["blocks"] if b.get("block_id", "").startswith("raptor_warning")]
         assert warning and replies.UNSUPPORTED_NOTE in json.dumps(warning, ensure_ascii=False)
         assert not slack.posts(CHANNEL, asked["ts"])  # no second message
