@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 TREE_PICTURE_NAME = "raptor-tree.png"
 
 
+FORCE_WORDS = ("force", "--force")  # `rebuild force`: serve the tree even if the check would hold it back
+
+
 class CommandHandling:
     """Runs the chat commands; see the module docstring. ``limiter`` counts the rebuild
     requests per channel and hour; ``questions`` answers ``ask``."""
@@ -93,7 +96,8 @@ class CommandHandling:
             await send(Reply(ReplyKind.INFO, replies.rebuild_limit_text(limit, wait), thread=command.thread))
             return
         address = ReplyAddress(key, command.thread)
-        result = await self._scheduler.request(key, command.person.label, send, address)
+        force = command.argument.strip().lower() in FORCE_WORDS
+        result = await self._scheduler.request(key, command.person.label, send, address, force)
         # A queued request is announced by the scheduler itself (it says so through ``send``).
         if result is RequestResult.STARTED:
             await self._info(send, command, replies.REBUILD_STARTED)

@@ -84,8 +84,9 @@ class AsyncEngine:
         """See ``Engine.answer_stream``: the retrieval runs on the engine's threads."""
         return await self.engine.answer_stream(key, question)
 
-    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None) -> BuildReport:
-        return await self.engine.rebuild(key, progress)
+    async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None,
+                      force: bool = False) -> BuildReport:
+        return await self.engine.rebuild(key, progress, force)
 
     async def sources(self, key: ChannelKey) -> list[Source]:
         return await self.engine.in_threads(self.engine.sources, key)

@@ -54,6 +54,7 @@ class _Requester:
     by: str
     send: Send | None = None
     address: ReplyAddress | None = None
+    force: bool = False  # asked to serve the tree past the regression gate
 
 
 @dataclass(slots=True)
@@ -169,7 +170,7 @@ class RebuildScheduler:
     # -- requests ----------------------------------------------------------------
 
     async def request(self, key: ChannelKey, requested_by: str, send: Send | None = None,
-                      address: ReplyAddress | None = None) -> RequestResult:
+                      address: ReplyAddress | None = None, force: bool = False) -> RequestResult:
         """A manual rebuild: returns at once; the rebuild runs in a task. Writes the note before
         starting, clears it when the build ends (success or BuildError/NothingToBuild) but not when cancelled.
 
@@ -184,7 +185,7 @@ class RebuildScheduler:
         async with state.note_lock:
             await self._engine.set_note(key, NOTE, f"{requested_by or '?'} at {stamp}")
         # Decided after the await and without awaiting again, so two requests can never both start.
-        requester = _Requester(requested_by, send, address)
+        requester = _Requester(requested_by, send, address, force)
         if state.task is None:
             self._launch(key, state, _Batch([requester], manual=True))
             log.info("channel %s: rebuild requested by %s: started", key, requested_by)
@@ -311,8 +312,9 @@ class RebuildScheduler:
         """One rebuild, reported to the batch's requesters (or the log). Never raises but CancelledError."""
         log.info("channel %s: rebuild started (%s)", key, batch.describe())
         public, private = batch.announced()
+        forced = any(requester.force for requester in batch.requesters)
         reply, _ = await rebuild_and_report(self._engine, key, public, self._config.progress_every_s,
-                                            batch.describe(), self._metrics, self._budget)
+                                            batch.describe(), self._metrics, self._budget, force=forced)
         batch.answered = True
         told = replace(reply, private=True)
         await asyncio.gather(*(send_safely(send, reply) for send in public),

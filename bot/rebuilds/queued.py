@@ -98,11 +98,11 @@ class QueuedRebuilds:
     # -- requests ----------------------------------------------------------------
 
     async def request(self, key: ChannelKey, requested_by: str, send: Send,
-                      address: ReplyAddress | None = None) -> RequestResult:
+                      address: ReplyAddress | None = None, force: bool = False) -> RequestResult:
         """Records the request and enqueues the channel's job; tells ``send`` it is queued
         (or that rebuilds wait for Redis). The result comes through the reply stream to
         ``address`` (default: the channel itself). Always ``QUEUED``: nothing runs here."""
-        requester = Requester(requested_by, address or ReplyAddress(key))
+        requester = Requester(requested_by, address or ReplyAddress(key), force)
         try:
             waiting = await self._send_request(key, requester)
         except CoordinationDown:

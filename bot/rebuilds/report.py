@@ -37,15 +37,16 @@ log = logging.getLogger(__name__)
 async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequence[Send], progress_every_s: float,
                              why: str, metrics: Metrics | None = None,
                              budget: ModelBudget | None = None,
-                             watch: Callable[[BuildProgress], None] | None = None) -> tuple[Reply, Exception | None]:
+                             watch: Callable[[BuildProgress], None] | None = None,
+                             force: bool = False) -> tuple[Reply, Exception | None]:
     """Rebuilds ``key``, relaying progress to ``sends`` (and every step to ``watch``, from the
     build's threads: a worker's lease watches it), and returns the reply that tells the
     result (not sent yet) with the error that ended the build, if any. Engine errors become
     the person's reply; anything else is logged with a reference the reply quotes. With a
     ``budget``, a workspace that used up its daily model budget is not rebuilt (the reply
     says so, the error is :class:`~bot.model_budget.ModelBudgetReached`), and what a build's
-    model calls cost is counted against it. Raises only ``CancelledError`` (the progress
-    relay is stopped first)."""
+    model calls cost is counted against it. ``force`` serves the tree past the regression
+    gate. Raises only ``CancelledError`` (the progress relay is stopped first)."""
     spent = await budget.reached(key) if budget is not None else ""
     if budget is not None and spent:
         refusal = ModelBudgetReached(budget.refusal(spent))
@@ -57,7 +58,7 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
     error: Exception | None = None
     started = time.monotonic()
     try:
-        report = await engine.rebuild(key, _each(relay, watch))
+        report = await engine.rebuild(key, _each(relay, watch), force)
     except asyncio.CancelledError:
         if relay is not None:
             relay.cancel()

@@ -69,18 +69,19 @@ class Requester:
 
     by: str
     address: ReplyAddress
+    force: bool = False  # asked to serve the tree past the regression gate
 
     def fields(self) -> dict[str, str]:
         """The request as a flat record of strings (what is signed)."""
         channel = self.address.channel
         return {"by": self.by, "platform": channel.platform, "workspace": channel.workspace,
-                "channel": channel.channel, "thread": self.address.thread}
+                "channel": channel.channel, "thread": self.address.thread, "force": "1" if self.force else ""}
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Requester:
         """The inverse of :meth:`fields`. Raises ``KeyError`` or ``ValueError`` for anything else."""
         key = ChannelKey(fields["platform"], fields["workspace"], fields["channel"])
-        return cls(fields.get("by", ""), ReplyAddress(key, fields.get("thread", "")))
+        return cls(fields.get("by", ""), ReplyAddress(key, fields.get("thread", "")), fields.get("force") == "1")
 
 
 class RebuildRequests:

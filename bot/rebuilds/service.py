@@ -50,9 +50,11 @@ class RebuildService(Protocol):
         ...
 
     async def request(self, key: ChannelKey, requested_by: str, send: Send,
-                      address: ReplyAddress | None = None) -> RequestResult:
+                      address: ReplyAddress | None = None, force: bool = False) -> RequestResult:
         """A manual rebuild. ``send`` hears what happens now (queued, waiting); progress and the
-        result reach ``send`` (in one process) or ``address`` (through another process)."""
+        result reach ``send`` (in one process) or ``address`` (through another process).
+        ``force`` serves the new tree even if the regression gate would hold it back (a build
+        merging several requests is forced when one of them is)."""
         ...
 
     async def status(self, key: ChannelKey) -> ScheduleStatus:

@@ -137,7 +137,8 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
     sends = [context.sender(address) for address in addresses]
     held.progressed()  # a build starting is progress: the time before it (another build, the store) is not its own
     reply, error = await rebuild_and_report(context.engine, key, sends, context.config.bot.progress_every_s, why,
-                                            context.metrics, context.budget, watch=held.progressed)
+                                            context.metrics, context.budget, watch=held.progressed,
+                                            force=any(r.force for r in requesters))
     if isinstance(error, BuildSuperseded):
         raise error  # whoever took over tells them
     for address, send in zip(addresses, sends):

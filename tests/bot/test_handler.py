@@ -594,3 +594,39 @@ def test_a_channel_keeps_its_configured_number_of_answers(engine: Engine, channe
         assert gone.kind is ReplyKind.ERROR and "no longer kept" in gone.text
 
     run(engine, config, channel, body)
+
+
+def test_a_held_back_rebuild_is_said_and_rebuild_force_serves_it(
+    engine: Engine, channel: ChannelKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raptor_engine.store.channel import ChannelStore
+
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        await s.do(s.pin(OTHER_NOTE, "m2"))
+        await s.do(s.command(ADMIN, "rebuild"))
+        await s.scheduler.wait_idle(channel)
+        assert s.sent[-1].text.startswith("Rebuilt: tree v1")
+        none_yet = await s.do(s.command(ADMIN, "check"))
+        assert none_yet.text.startswith("No approved questions yet")
+        refused = await s.do(s.command(GUEST, "check"))
+        assert refused.kind is ReplyKind.ERROR
+
+        read = ChannelStore.cached_leaves  # a broken leaf cache: one of the two notes' excerpts lost
+        monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
+            sid: ([], vectors[:0]) if position == 0 else (chunks, vectors)
+            for position, (sid, (chunks, vectors)) in enumerate(sorted(read(self, profile, ids).items()))})
+        await s.do(s.command(ADMIN, "rebuild"))
+        await s.scheduler.wait_idle(channel)
+        held = s.sent[-1]
+        assert held.kind is ReplyKind.INFO and held.text.startswith("Rebuild held back: it holds 1 of the 2 excerpts")
+        assert "`rebuild force` serves the new one anyway" in held.text
+        status = await s.do(s.command(ADMIN, "status"))
+        assert "tree v1 built" in status.text and "The last rebuild was held back" in status.text
+
+        await s.do(s.command(ADMIN, "rebuild", "force"))
+        await s.scheduler.wait_idle(channel)
+        served = s.sent[-1].text
+        assert served.startswith("Rebuilt: tree v3") and "Served although the check would have held it back" in served
+
+    run(engine, make_config(tmp_path, channel), channel, body)

@@ -79,3 +79,38 @@ def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
     assert address == ReplyAddress(KEY, "T.1")
     assert reply.kind is ReplyKind.INFO and reply.text.startswith("Rebuilt: tree v1 ")
     assert engine.stats(KEY).version == 1
+
+
+def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held_back(
+        store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
+    from raptor_engine.store.channel import ChannelStore
+
+    settings = coordination_config(redis_url)
+    link = RedisLink(settings)
+    leases = CountedLeases(link, settings.lease_s, "worker")
+    engine = worker_engine(store, embedder, leases)
+    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
+    requests = RebuildRequests(link, signer())
+    config = Config(bot=BotConfig(progress_every_s=3600))
+    install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s), requests,
+                          ReplyPublisher(link, signer()), Metrics(),
+                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
+    def ask(force: bool = False) -> None:  # a front-end's request, on a loop (and a link) of its own
+        asyncio.run(RebuildRequests(RedisLink(settings), signer()).add(KEY, Requester("ana", ReplyAddress(KEY), force)))
+
+    ask()
+    assert run_rebuild_job(channel_text(KEY)) == "built"
+
+    read = ChannelStore.cached_leaves  # a broken leaf cache: half the excerpts lost
+    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
+        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
+        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    ask()
+    run_rebuild_job(channel_text(KEY))
+    assert engine.stats(KEY).version == 1  # held back
+    ask(force=True)
+    assert run_rebuild_job(channel_text(KEY)) == "built"
+    assert engine.stats(KEY).version == 3
+    texts = [decode({describe(n): describe(v) for n, v in fields.items()})[1].text
+             for _, fields in link.blocking.xrange(link.key("replies", "slack"))]
+    assert texts[1].startswith("Rebuild held back:") and "Served although the check" in texts[2]
