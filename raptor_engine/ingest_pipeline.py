@@ -74,7 +74,8 @@ class IngestPipeline:
         if record is not None and record[1] is SourceState.STORED:
             return IngestResult(record[0], duplicate=True, leaves=0)
         source = _new_source(document, text, source_id)
-        leaves = self._store_completely(key, channel, source, text, record is not None, progress)
+        known = self._earlier_vectors(channel, document.external_id)
+        leaves = self._store_completely(key, channel, source, text, record is not None, progress, known)
         verb = "repaired" if record else "stored"
         log.info("channel %s: %s source %s (%d leaves)", key, verb, source_id[:12], leaves)
         return IngestResult(source, duplicate=False, leaves=leaves, repaired=record is not None)
@@ -85,13 +86,20 @@ class IngestPipeline:
         text: str,
         stages: dict[str, float] | None = None,
         progress: ProgressCallback | None = None,
+        known: dict[str, np.ndarray] | None = None,
     ) -> tuple[list[Chunk], np.ndarray]:
         """The source's chunks and their vectors, embedded in slices so progress can be shown.
-        ``stages``, where given, has the seconds spent chunking and embedding added to it."""
+        ``stages``, where given, has the seconds spent chunking and embedding added to it;
+        ``known`` maps chunk texts to vectors embedded before (an earlier version of the same
+        message or file): those chunks are not embedded again."""
         started = time.perf_counter()
         chunks = chunk_text(text, source_id, self._counter, self._chunk_tokens)
         chunked = time.perf_counter()
-        vectors = self._embed_in_slices([chunk.text for chunk in chunks], progress or (lambda _: None))
+        known = known or {}
+        fresh = list(dict.fromkeys(chunk.text for chunk in chunks if chunk.text not in known))
+        embedded = dict(zip(fresh, self._embed_in_slices(fresh, progress or (lambda _: None)), strict=True))
+        rows = [known[chunk.text] if chunk.text in known else embedded[chunk.text] for chunk in chunks]
+        vectors = np.vstack(rows) if rows else self._embedder.embed([])
         if stages is not None:
             stages["chunk"] = stages.get("chunk", 0.0) + chunked - started
             stages["embed"] = stages.get("embed", 0.0) + time.perf_counter() - chunked
@@ -112,6 +120,15 @@ class IngestPipeline:
         # np.vstack refuses no parts: the embedder shapes an empty result itself (its dimension).
         return np.vstack(parts) if parts else self._embedder.embed([])
 
+    def _earlier_vectors(self, channel: ChannelStore, external_id: str) -> dict[str, np.ndarray]:
+        """The leaf vectors of the channel's other versions of the message or file ``external_id``
+        (an edit re-embeds only the chunks it changed), by chunk text; empty without an id."""
+        if not external_id:
+            return {}
+        earlier = [source.id for source in channel.list_sources(external_id)]
+        cached = channel.cached_leaves(self.leaf_profile, earlier) if earlier else {}
+        return {chunk.text: vectors[row] for chunks, vectors in cached.values() for row, chunk in enumerate(chunks)}
+
     def _settled_record(
         self, key: ChannelKey, channel: ChannelStore, source_id: str
     ) -> tuple[Source, SourceState] | None:
@@ -131,6 +148,7 @@ class IngestPipeline:
         text: str,
         repairing: bool,
         progress: ProgressCallback | None,
+        known: dict[str, np.ndarray],
     ) -> int:
         """Writes the text (invisible), every leaf, then marks the source stored; the number of leaves.
 
@@ -141,7 +159,7 @@ class IngestPipeline:
         try:
             if repairing:
                 channel.delete_leaves(source.id, self.leaf_profile)  # a crash's partial leaves
-            chunks, vectors = self.chunk_and_embed(source.id, text, progress=progress)
+            chunks, vectors = self.chunk_and_embed(source.id, text, progress=progress, known=known)
             channel.put_leaves(self.leaf_profile, chunks, vectors)
         except BaseException:
             _discard(channel, source.id)
