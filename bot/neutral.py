@@ -86,7 +86,11 @@ class Pin:
 
     ``grew`` (with ``edited``): a reply was added to the thread the message starts. Its
     source takes the thread as it is now, quietly: a word from the bot for every reply in
-    a pinned thread would be noise (answers citing it are still told)."""
+    a pinned thread would be noise (answers citing it are still told).
+
+    ``revision`` (with ``edited``): when the platform says the message was edited, in seconds
+    since the epoch (0: it does not say). Edits of one message are applied in that order: one
+    arriving after a newer one was applied is dropped."""
 
     channel: ChannelKey
     person: Person
@@ -97,6 +101,7 @@ class Pin:
     replies: tuple[str, ...] = ()
     edited: bool = False
     grew: bool = False
+    revision: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,13 +23,16 @@ Contracts (a part of :class:`bot.handler.ChatHandler`):
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bot import commands, replies
 from bot.config import Config
 from bot.coordination.shared_limits import Limiter
+from bot.edit_order import EditOrder
 from bot.engine_calls import AsyncEngine
 from bot.ingestion import (
     SourceUpdate,
@@ -65,6 +68,10 @@ class SourceHandling:
         self._scheduler = scheduler
         self._per_person = per_person
         self._bytes = bytes_per_channel
+        # Weak: a message's lock lives as long as an edit of it holds or awaits it.
+        self._edit_locks: weakref.WeakValueDictionary[tuple[ChannelKey, str], asyncio.Lock] = \
+            weakref.WeakValueDictionary()
+        self._edits = EditOrder(engine)
 
     async def upload(self, upload: Upload, send: Send) -> None:
         """Stores an uploaded file; with ``files.replace_same_name``, in place of the channel's
@@ -85,10 +92,22 @@ class SourceHandling:
     async def _pin_edited(self, pin: Pin, send: Send) -> None:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
         Nothing is said for a message that is no source, nor for an edit that changed nothing kept,
-        nor for a pinned thread that grew by a reply (see ``Pin.grew``) but to its answers."""
+        nor for a pinned thread that grew by a reply (see ``Pin.grew``) but to its answers.
+        Edits of one message are applied one at a time, in the order they were made (``Pin.revision``)."""
         key = pin.channel
         if not await self._engine.run(lambda engine: pinned_sources(engine, key, pin.external_id)):
             return  # no source: most edited messages are none, and cost nothing
+        lock = self._edit_locks.get((key, pin.external_id)) or asyncio.Lock()
+        self._edit_locks[(key, pin.external_id)] = lock  # kept while an edit of the message holds or awaits it
+        async with lock:
+            if await self._edits.stale(pin):
+                log.info("channel %s: an edit of %s older than one applied already: dropped", key, pin.external_id)
+                return
+            await self._apply_edit(pin, send)
+
+    async def _apply_edit(self, pin: Pin, send: Send) -> None:
+        """:meth:`_pin_edited` for one edit, its turn come."""
+        key = pin.channel
         document = pin_document(pin)
         size = len(document.text.encode("utf-8"))
         refusal = await self._rate_refusal(key, pin.person, size, document.title)
@@ -105,6 +124,7 @@ class SourceHandling:
                 await self._bytes.refund(key, size)
         if update is None or not update.replaced:
             return
+        await self._edits.applied(pin)
         log.info("channel %s: source %s updated after %s %s (%d answers cite its earlier text)", pin.channel,
                  update.result.source.id[:12], "a reply to" if pin.grew else "an edit of", pin.external_id,
                  len(update.changed_answers))

@@ -97,7 +97,9 @@ class PinHandling(ClientCore):
                 try:
                     editor = translate.person_of(message.author, place_manager(channel, message.author))
                     pin = await self._pin_of(channel, message, place, editor)
-                    await self.raptor.handler.handle(replace(pin, edited=True), ChannelSend(channel, message))
+                    revision = message.edited_at.timestamp() if message.edited_at else 0.0
+                    await self.raptor.handler.handle(replace(pin, edited=True, revision=revision),
+                                                     ChannelSend(channel, message))
                 except Exception:  # noqa: BLE001 (reported with a reference, never silent)
                     await self._failed(f"updating pinned message {message.id}", ChannelSend(channel, message))
 

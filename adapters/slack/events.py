@@ -90,6 +90,7 @@ class Pinned:
     author: str = ""
     permalink: str = ""
     edited: bool = False  # not a pin: a message edited (``origin.user`` its author), perhaps a pinned one
+    revision: float = 0.0  # an edit's ``edited.ts`` (when it was made), to apply edits in order
 
     @property
     def is_reply(self) -> bool:
@@ -199,7 +200,17 @@ def _edited(event: Mapping[str, Any], team: str, identity: BotIdentity) -> Arriv
         return Ignored("an edit without channel or message ts")
     author = as_text(message.get("user"))
     origin = Origin(team, channel, author, ts, as_text(message.get("thread_ts")))
-    return Pinned(origin, text=plain_text(as_text(message.get("text")), identity.user_id), author=author, edited=True)
+    revision = _seconds(as_text(as_mapping(message.get("edited")).get("ts")))
+    return Pinned(origin, text=plain_text(as_text(message.get("text")), identity.user_id), author=author, edited=True,
+                  revision=revision)
+
+
+def _seconds(ts: str) -> float:
+    """A Slack timestamp (``"1712345678.000200"``) as seconds; 0 when absent or malformed."""
+    try:
+        return float(ts) if ts else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _file_notice(event: Mapping[str, Any], team: str) -> Arrival:
@@ -257,6 +268,7 @@ def pin(
         author=author,
         replies=tuple(replies),
         edited=pinned.edited,
+        revision=pinned.revision,
     )
 
 

@@ -630,3 +630,26 @@ def test_a_held_back_rebuild_is_said_and_rebuild_force_serves_it(
         assert served.startswith("Rebuilt: tree v3") and "Served although the check would have held it back" in served
 
     run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_edits_of_one_message_are_applied_in_the_order_they_were_made(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    async def body(s: Session) -> None:
+        pinned = s.pin("The release train leaves on Mondays at nine.", "m9")
+        await s.do(pinned)
+
+        def edit(text: str, at: float) -> Pin:
+            return replace(pinned, text=text, edited=True, revision=at)
+
+        # Two edits at once, handled concurrently: the later one wins, and only one version stays.
+        await asyncio.gather(s.handler.handle(edit("The release train leaves on Tuesdays at nine.", 200.0), s.send),
+                             s.handler.handle(edit("The release train leaves on Fridays at noon.", 300.0), s.send))
+        # An older edit delivered late (a retry, another replica's backlog) changes nothing.
+        await s.handler.handle(edit("The release train leaves on Sundays.", 100.0), s.send)
+        [source] = [x for x in engine.sources(channel) if x.external_id == "m9"]
+        assert engine.store.channel(channel).source_text(source.id).endswith("Fridays at noon.")
+
+    run(engine, make_config(tmp_path, channel), channel, body)

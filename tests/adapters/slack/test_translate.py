@@ -61,11 +61,13 @@ def test_an_edited_message_is_a_possible_source_update_unless_a_bot_wrote_it() -
                          "message": now, "previous_message": {**now, "text": "before"}, "ts": "101.000001"})
 
     arrival = translate.classify_event(edit({"type": "message", "user": "UBEN", "text": "after &amp; now",
-                                              "ts": "100.000001", "edited": {"user": "UBEN"}}), BOT)
+                                              "ts": "100.000001", "edited": {"user": "UBEN", "ts": "140.000200"}}),
+                                         BOT)
     assert isinstance(arrival, Pinned) and arrival.edited and arrival.text == "after & now"
     assert (arrival.origin.channel, arrival.origin.ts, arrival.author) == ("C1", "100.000001", "UBEN")
     pin = translate.pin(arrival, ANA, arrival.text, "")
     assert pin.edited and pin.external_id == "C1:100.000001"
+    assert pin.revision == 140.0002  # when the edit was made: edits are applied in that order
     for own in ({"user": "UBOT", "text": "streamed answer", "ts": "100.000002"},
                 {"bot_id": "B2", "text": "another bot", "ts": "100.000003"}):
         assert isinstance(translate.classify_event(edit(own), BOT), Ignored)
