@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from raptor_engine.answer_check import SUPPORT_THRESHOLD
+from raptor_engine import defaults
 
 
 class AnswersConfig(BaseModel):
@@ -18,5 +18,5 @@ class AnswersConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    support_threshold: float = Field(default=SUPPORT_THRESHOLD, ge=0.0, le=1.0)
+    support_threshold: float = Field(default=defaults.SUPPORT_THRESHOLD, ge=0.0, le=1.0)
     drop_unsupported: bool = False

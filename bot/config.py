@@ -14,18 +14,20 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 
 from bot.answer_config import AnswersConfig
+from bot.config_section import Section as _Section
 from bot.deploy_config import CoordinationConfig, ObservabilityConfig
 from bot.errors import ConfigError
+from bot.platform_config import (
+    ConsoleConfig as ConsoleConfig,
+    DiscordConfig as DiscordConfig,
+    SlackConfig as SlackConfig,
+)
 from raptor_engine import ChannelKey, defaults
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 _SectionT = TypeVar("_SectionT", bound=_Section)
@@ -255,71 +257,6 @@ def _overlay(base: _SectionT, own: _SectionT | None) -> _SectionT:
     if own is None:
         return base
     return base.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
-
-
-class ConsoleConfig(_Section):
-    """The terminal channel, used when no Slack or Discord token is configured."""
-
-    workspace: str = "local"
-    channel: str = "general"
-    user: str = "you"
-    sample: bool = True
-    pictures_dir: Path | None = None
-
-
-class SlackConfig(_Section):
-    """The Slack app. Set ``bot_token`` to run on Slack; Socket Mode needs ``app_token``
-    (no public URL), HTTP mode needs ``signing_secret`` (several replicas behind a balancer)."""
-
-    bot_token: SecretStr = SecretStr("")
-    app_token: SecretStr = SecretStr("")
-    signing_secret: SecretStr = SecretStr("")
-    mode: Literal["socket", "http"] = "socket"
-    api_base_url: str = "https://slack.com/api/"
-    http_host: str = "0.0.0.0"
-    http_port: int = Field(default=3000, ge=1, le=65535)
-    http_path: str = "/slack/events"
-    command: str = "/raptor"
-    # Socket Mode watchdog (adapters/slack/watchdog.py): every this many seconds auth.test is
-    # called, and a socket on which Slack has sent nothing (not even its own pings) for this long
-    # is replaced; 0 = off. Keep it above Slack's ping spacing (bolt-js waits 30 s for one).
-    socket_watchdog_s: float = Field(default=60.0, ge=0, le=3600)
-    # Channels shared with other organisations (Slack Connect): "refuse" answers no question
-    # there (one line says why) and stores nothing from them; "allow" serves them like any other.
-    shared_channels: Literal["refuse", "allow"] = "refuse"
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.bot_token.get_secret_value())
-
-    @model_validator(mode="after")
-    def _mode_has_its_secret(self) -> SlackConfig:
-        if self.enabled and self.mode == "socket" and not self.app_token.get_secret_value():
-            raise ValueError("Socket Mode needs app_token (an xapp- token); or set mode: http")
-        if self.enabled and self.mode == "http" and not self.signing_secret.get_secret_value():
-            raise ValueError("HTTP mode needs signing_secret to verify Slack's requests")
-        return self
-
-
-class DiscordConfig(_Section):
-    """The Discord bot. Set ``token`` to run on Discord. Empty ``guilds``/``channels`` allow
-    all; ``library_channels`` are channels whose every attachment is ingested."""
-
-    token: SecretStr = SecretStr("")
-    api_base_url: str | None = None  # None: Discord's; stand-ins and proxies set another
-    gateway_url: str | None = None
-    guilds: list[str] = []
-    channels: list[str] = []
-    library_channels: list[str] = []
-    reply_in_thread: bool = False
-    command: str = "raptor"
-    # discord.py reconnects when the gateway has sent nothing (heartbeat ACKs included) for this
-    # long. Discord ACKs a heartbeat every ~41 s, so below that an idle guild would look dead.
-    heartbeat_timeout_s: float = Field(default=60.0, gt=0, le=600)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.token.get_secret_value())
 
 
 class Config(_Section):

@@ -31,13 +31,14 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from raptor_engine import defaults
 from raptor_engine.answering import QUOTE_CHARS, quote
 from raptor_engine.chunking import split_sentences
 from raptor_engine.lexical import stem, terms
 from raptor_engine.types import Answer, Citation
 
 MIN_CLAIM_WORDS = 3  # shorter sentences ("In short:", "Yes.") state nothing to check
-SUPPORT_THRESHOLD = 0.5  # the default share of a sentence's words its cited nodes must hold
+SUPPORT_THRESHOLD = defaults.SUPPORT_THRESHOLD  # the share of a sentence's words its cited nodes must hold
 _MARKERS = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
 _LEADING_MARKERS = re.compile(r"(?:\s*\[\s*\d+(?:\s*,\s*\d+)*\s*\])+")
 _HEADING = re.compile(r"^#{1,6}\s")

@@ -39,6 +39,7 @@ TOP_K = 40  # at most this many nodes, whatever the budget
 TOP_K_RANGE = (1, 1000)
 PER_LAYER = 5  # traversal: nodes kept at each layer
 PER_LAYER_RANGE = (1, 100)
+SUPPORT_THRESHOLD = 0.5  # answers: the share of a sentence's words its cited nodes must hold (answer_check.py)
 SUMMARY_CHARS = 600  # offline answers: the summary leading a broad answer is cut to this
 SUMMARY_CHARS_RANGE = (80, 10_000)
 
