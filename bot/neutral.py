@@ -215,6 +215,7 @@ class CitationView:
     title: str
     link: str
     quote: str
+    age: str = ""  # "updated 3 days ago": when its source was added or last edited
 
 
 class ReplyKind(str, Enum):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
+from dataclasses import replace
 
 from raptor_engine.answer_check import SUPPORT_THRESHOLD, Evidence, check_answer
 from raptor_engine.answering import ExtractiveAnswerer
@@ -30,7 +31,7 @@ from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retriev
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
 from raptor_engine.threads import in_thread
-from raptor_engine.types import Answer, ChannelKey, Hit, Node
+from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node
 
 EVIDENCE_LEAVES = 400  # excerpts read under one cited summary: a root may span a whole source
 
@@ -102,8 +103,9 @@ class Questions:
         """``answer`` checked against the nodes it cites (see ``answer_check.py``)."""
         if not answer.found or not answer.citations:
             return answer
-        evidence = cited_evidence(self._writers.channel(key), answer)
-        return check_answer(answer, evidence, question, self._support_threshold)
+        channel = self._writers.channel(key)
+        checked = check_answer(answer, cited_evidence(channel, answer), question, self._support_threshold)
+        return dated(checked, {source.id: source.added_at for source in channel.list_sources()})
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""
@@ -143,6 +145,19 @@ def cited_evidence(channel: ChannelStore, answer: Answer, limit: int = EVIDENCE_
         beneath = _leaves_beneath(channel, state.version, node, limit) if state is not None else []
         evidence[node.id] = Evidence(node.text, tuple(leaf.text for leaf in beneath), leaf=False)
     return evidence
+
+
+def dated(answer: Answer, added_at: dict[str, str]) -> Answer:
+    """``answer`` with each citation's ``updated_at``: when the newest of its node's sources was
+    added (an edit is a new version, added when it was made); empty when none is known."""
+    nodes = {hit.node.id: hit.node for hit in answer.hits}
+
+    def updated(citation: Citation) -> str:
+        node = nodes.get(citation.node_id)
+        moments = [added_at[sid] for sid in (node.source_ids if node else ()) if added_at.get(sid)]
+        return max(moments, default="")
+
+    return replace(answer, citations=tuple(replace(c, updated_at=updated(c)) for c in answer.citations))
 
 
 def _leaves_beneath(channel: ChannelStore, version: int, summary: Node, limit: int) -> list[Node]:

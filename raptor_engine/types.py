@@ -151,6 +151,7 @@ class Citation:
     title: str
     link: str
     quote: str
+    updated_at: str = ""  # when its source was added or last edited (the newest, for a summary): ISO-8601 UTC
 
     @property
     def kind(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
-from bot.texts.words import count, node_kind, when
+from bot.texts.words import ago, count, node_kind, when
 from raptor_engine import Answer, AnswerRecord, Citation, Hit, IngestResult
 
 # A channel holding no source at all (none ever added, or all forgotten): said to a question
@@ -31,6 +31,7 @@ def citation_view(citation: Citation) -> CitationView:
         title=citation.title,
         link=citation.link,
         quote=citation.quote,
+        age=f"updated {ago(citation.updated_at)}" if ago(citation.updated_at) else "",
     )
 
 
@@ -93,7 +94,8 @@ def citation_line(citation: CitationView) -> str:
     link = f" {citation.link}" if citation.link else ""
     kind = node_kind(citation.layer).lower()
     quoted = f" — “{citation.quote}”" if citation.quote else ""
-    return f"[{citation.number}] {kind} · {citation.title}{quoted}{link} (node {citation.node_id})"
+    age = f" · {citation.age}" if citation.age else ""
+    return f"[{citation.number}] {kind} · {citation.title}{age}{quoted}{link} (node {citation.node_id})"
 
 
 def answer_text(answer: Answer) -> str:

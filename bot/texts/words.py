@@ -40,6 +40,23 @@ def when(moment: str | datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def ago(moment: str, now: datetime | None = None) -> str:
+    """``just now``, ``5 minutes ago``, ``3 hours ago``, ``2 days ago`` for an ISO-8601 moment
+    (a naive one is taken as UTC); empty for an empty or unparsable one."""
+    try:
+        then = datetime.fromisoformat(moment) if moment else None
+    except ValueError:
+        return ""
+    if then is None:
+        return ""
+    then = then if then.tzinfo else then.replace(tzinfo=timezone.utc)
+    elapsed = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if elapsed >= size:
+            return f"{count(int(elapsed // size), unit)} ago"
+    return "just now"
+
+
 def seconds(value: float) -> str:
     """A duration as ``18.9 s``."""
     return f"{value:.1f} s"

@@ -75,3 +75,19 @@ def test_the_answers_section_is_validated(tmp_path: Path) -> None:
         path.write_text(bad)
         with pytest.raises(ConfigError, match="answers"):
             load_config(path)
+
+
+def test_each_citation_says_how_old_its_source_is() -> None:
+    from datetime import datetime, timezone
+
+    from bot.texts.words import ago
+
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=timezone.utc)
+    assert ago("2026-12-02T11:00:00+00:00", now) == "3 days ago"
+    assert ago("2026-12-05T09:30:00", now) == "2 hours ago"  # naive: taken as UTC
+    assert ago("2026-12-05T11:59:30+00:00", now) == "just now"
+    assert ago("", now) == "" and ago("not a time", now) == ""
+    recent = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    citation = Citation(1, "l0.a", 0, "Handbook", "https://x.test/f", "One engineer is on call.", updated_at=recent)
+    [view] = answer_reply(Answer("One engineer is on call. [1]", (citation,), (), True)).citations
+    assert view.age == "updated just now" and "· updated just now" in citation_line(view)

@@ -149,6 +149,8 @@ def test_offline_answers_quote_the_supporting_sentence_verbatim(engine: Engine, 
         if citation.layer == 0:
             assert is_verbatim(citation.quote, [sources[citation.node_id]])
     assert answer.unverified_quotes == 0 and answer.unsupported == ()
+    added = {source.id: source.added_at for source in engine.sources(channel)}
+    assert all(c.updated_at and c.updated_at in added.values() for c in answer.citations)  # the source's age
     first = answer.citations[0]
     assert first.quote in answer.text  # the quote is the very sentence the answer gives for [1]
 
