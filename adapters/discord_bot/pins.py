@@ -112,8 +112,25 @@ class PinHandling(ClientCore):
         ``change`` tells one change of the same message from another (an edit's time).
         Called inside the client's tracking; never raises (failures are reported)."""
         thread = message.channel
-        parent = message_thread_parent(thread)
-        if parent is None or message.author.bot:  # bots' messages are no part of a pinned thread
+        if message.author.bot:  # bots' messages are no part of a pinned thread
+            return
+        writer = translate.person_of(message.author, place_manager(thread, message.author))
+        await self._refresh_thread(thread, writer, f"discord:thread-reply:{thread.id}:{message.id}{change}",
+                                   f"message {message.id}")
+
+    async def thread_reply_deleted(self, thread_id: int, message_id: int) -> None:
+        """A message deleted in a thread: when the thread starts from a pinned message that is a
+        source, the source takes the thread as it is now, without it (quietly, as for a reply
+        added). The deletion counts against nobody's limits. Never raises (failures are reported)."""
+        thread = self.get_channel(thread_id)
+        await self._refresh_thread(thread, translate.PINNER, f"discord:thread-reply-deleted:{thread_id}:{message_id}",
+                                   f"message {message_id} was deleted")
+
+    async def _refresh_thread(self, thread: Any, writer: Person, claim: str, why: str) -> None:
+        """The pinned thread's source, if ``thread`` starts from a pinned message that is one,
+        takes the thread as it is now, once across front-ends (``claim``), as a change by ``writer``."""
+        parent = message_thread_parent(thread) if thread is not None else None
+        if parent is None:
             return
         place = translate.place_of(parent)
         if not self.scope.allows(place):
@@ -123,13 +140,12 @@ class PinHandling(ClientCore):
         try:
             if not await self._starter_is_pinned(parent, thread.id):
                 return
-            if not await self.claim(f"discord:thread-reply:{thread.id}:{message.id}{change}"):
+            if not await self.claim(claim):
                 return
             async with self._pin_locks.setdefault(parent.id, asyncio.Lock()):
-                writer = translate.person_of(message.author, place_manager(thread, message.author))
                 await self._update_thread(parent, thread.id, place, writer)
         except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-            await self._failed(f"updating the pinned thread {thread.id} after message {message.id}", send)
+            await self._failed(f"updating the pinned thread {thread.id} after {why}", send)
 
     async def _starter_is_pinned(self, parent: discord.TextChannel, thread_id: int) -> bool:
         """Whether the message a thread was started from is pinned: as this front-end last

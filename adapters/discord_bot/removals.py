@@ -6,7 +6,8 @@ it translates, the bot's ``handler.follow`` decides):
 
 * ``MESSAGE_DELETE`` and ``MESSAGE_DELETE_BULK``, read raw so that messages discord.py never
   cached count too: the sources of each message go, its pin (``<channel>/<message>``) and
-  its attachments (``<channel>/<message>/<attachment>``) alike;
+  its attachments (``<channel>/<message>/<attachment>``) alike; a reply deleted in a pinned
+  thread leaves the thread's source (``PinHandling.thread_reply_deleted``);
 * ``MESSAGE_UPDATE`` of a message that lost attachments (or whose earlier attachments
   discord.py does not know): the sources of the attachments it no longer carries go, the
   message's text and the files it keeps stay (the pins part handles the text of a pinned one);
@@ -104,6 +105,8 @@ class RemovalHandling(PinHandling):
                 return
             ids = tuple(translate.pin_external_id(channel_id, m) for m in mine)
             await self.raptor.handler.follow(Deleted(place.key, external_ids=ids, parts_of=ids))
+            for message_id in mine:  # a reply of a pinned thread: the thread's source loses it
+                await self.thread_reply_deleted(channel_id, message_id)
 
     async def _place_of(self, channel_id: int, guild_id: int | None) -> Place:
         """The place of a channel known by id: from discord.py's cache, else fetched (a thread's

@@ -23,6 +23,7 @@ from raptor_engine.types import Source, SourceKind
 from tests.adapters.discord_bot.conftest import World, _ready, run_world
 from tests.adapters.discord_bot.test_replicas import quiet, two_front_ends
 from tests.adapters.recording import recorded
+from tests.conftest import traces
 
 ROOT = "Incident review of the ledger outage"
 CAUSE = "The ledger stopped because the disk of the replica was full."
@@ -135,6 +136,23 @@ def test_an_edited_reply_in_a_pinned_thread_changes_its_source(engine: Engine, t
         await quiet(fake)
         assert fake.bot_messages(thread) == [] and [m["content"].split(" ", 1)[0]
                                                     for m in fake.bot_messages(world.channel("general"))] == ["Added"]
+
+    run_world(engine, tmp_path, body)
+
+
+def test_a_reply_deleted_in_a_pinned_thread_leaves_its_source(engine: Engine, tmp_path: Path) -> None:
+    async def body(world: World) -> None:
+        fake = world.fake
+        root, thread = await pinned_thread(world)
+        fix = await fake.post(thread, world.alice["user"], FIX, world.alice)
+        await grown(world, root, FIX)
+
+        await fake.delete_message(thread, fix["id"])
+        await fake.wait_for(lambda: thread_text(world, root) != "" and FIX not in thread_text(world, root))
+        assert ROOT in thread_text(world, root) and CAUSE in thread_text(world, root)
+        assert not traces(world.engine.store, [FIX]), traces(world.engine.store, [FIX])
+        await quiet(fake)
+        assert fake.bot_messages(thread) == []
 
     run_world(engine, tmp_path, body)
 
