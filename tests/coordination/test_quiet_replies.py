@@ -17,6 +17,7 @@ from bot.coordination.link import RedisLink
 from bot.coordination.reply_stream import REPLY_PURPOSE, ReplyPublisher, encode
 from bot.deploy_config import REPLY_MAX_AGE_S
 from bot.engine_calls import AsyncEngine
+from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import ChannelKey, Reply, ReplyAddress, ReplyKind
 from bot.observability.metrics import Metrics
 from bot.rebuilds.job_queue import RebuildQueue, channel_text
@@ -120,7 +121,8 @@ def test_requests_merged_into_one_build_see_its_result_once_per_place_asked_from
     asyncio.run(front_end())
     install(WorkerContext(Config(bot=config), AsyncEngine(engine), link, leases,
                           RebuildQueue(link, settings.job_timeout_s), RebuildRequests(link, signer()),
-                          ReplyPublisher(link, signer()), Metrics()))
+                          ReplyPublisher(link, signer()), Metrics(),
+                          ModelBudget(config.model_budget, SharedSpending(link))))
     assert run_rebuild_job(channel_text(KEY)) == "built"
     asyncio.run(post())
 

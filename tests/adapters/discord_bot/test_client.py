@@ -83,7 +83,8 @@ def test_startup_syncs_the_command_and_restores_the_endpoints(engine: Engine, tm
         assert discord.http.Route.BASE == fake.api_base_url  # "/api/v10" added to the configured URL
         assert [c["name"] for c in fake.commands] == ["docs"]
         subcommands = {o["name"]: o for o in fake.commands[0]["options"]}
-        assert list(subcommands) == ["ask", "rebuild", "status", "sources", "forget", "node", "tree", "feedback", "help"]
+        assert list(subcommands) == ["ask", "rebuild", "status", "sources", "forget", "node", "tree", "feedback", "check",
+                                    "help"]
         assert subcommands["ask"]["options"][0]["name"] == "question" and subcommands["ask"]["options"][0]["required"]
         assert subcommands["forget"]["options"][0]["autocomplete"] is True
         intents = int(fake.identifies[0]["intents"])
