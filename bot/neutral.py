@@ -215,7 +215,9 @@ class CitationView:
     title: str
     link: str
     quote: str
-    age: str = ""  # "updated 3 days ago": when its source was added or last edited
+    # Shown beside it: "updated 3 days ago", and for a summary built before a source under it
+    # changed, "may be outdated: built before “…” changed".
+    notes: str = ""
 
 
 class ReplyKind(str, Enum):

@@ -93,10 +93,12 @@ class ChannelWriters:
             if last:
                 writing.dropped = self.drop_if_empty(key)
 
-    def purge(self, key: ChannelKey, channel: ChannelStore, source_id: str, successor: str = "") -> int:
+    def purge(self, key: ChannelKey, channel: ChannelStore, source_id: str, successor: str = "",
+              keep: Callable[[str], bool] | None = None) -> int:
         """Deletes everything of a source, its record last; the number of served nodes removed.
-        ``successor``: the id of the source's new version, when it was replaced by one."""
-        removed = channel.remove_source_from_trees(source_id, successor)
+        ``successor``: the id of the source's new version, when it was replaced by one; ``keep``:
+        which summaries over it may stay then (see ``ChannelStore.remove_source_from_trees``)."""
+        removed = channel.remove_source_from_trees(source_id, successor, keep)
         channel.delete_source(source_id)
         self._forget_indexes(key)  # the BM25 index in memory holds its text too
         return removed

@@ -50,7 +50,7 @@ from raptor_engine.removed_text import RemovedText
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, ChromaStore, SourceState
-from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS
+from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
 from raptor_engine.threads import in_thread
 from raptor_engine.tree import ProgressCallback
 from raptor_engine.types import (
@@ -249,19 +249,25 @@ class Engine:
         # new version, and the old one is still there to replace again.
         removed = RemovedText(channel.source_text(old_id), channel.source_text(successor_id))
         answers = channel.pass_answers_on(old_id, successor_id, lambda answer: removed.quoted_in(answer.text))
-        nodes = self._purge(key, old_id, successor_id)
+        # A summary quoting none of the removed text stays, marked, until the next rebuild; a model's
+        # summary was written from the whole old text, so it stays only when nothing was removed.
+        written_by_model = not isinstance(self._summarizer, ExtractiveSummarizer)
+        nodes = self._purge(key, old_id, successor_id,
+                            lambda text: not removed.quoted_in(text) and (removed.nothing or not written_by_model))
         log.info("channel %s: source %s replaced by %s (%d served nodes removed, %d answers passed on or deleted)",
                  key, old_id[:12], successor_id[:12], nodes, len(answers))
         return answers
 
-    def _purge(self, key: ChannelKey, source_id: str, successor: str = "") -> int:
-        """Marks the source forgotten, then deletes everything of it; served nodes removed."""
+    def _purge(self, key: ChannelKey, source_id: str, successor: str = "",
+               keep: Callable[[str], bool] | None = None) -> int:
+        """Marks the source forgotten, then deletes everything of it (but the summaries ``keep``
+        keeps, when it has a ``successor``); served nodes removed."""
         channel = self._channel(key)
         with self._writers.writing(key):
             # Marked first: from here on nothing lists, builds from or searches it, and any
             # writer finishing later sees the mark and cleans up after itself.
             channel.set_source_state(source_id, SourceState.FORGETTING)
-            return self._writers.purge(key, channel, source_id, successor)
+            return self._writers.purge(key, channel, source_id, successor, keep)
 
     # -- building ------------------------------------------------------------
 

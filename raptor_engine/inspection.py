@@ -29,7 +29,7 @@ def tree_stats(key: ChannelKey, channel: ChannelStore) -> TreeStats:
     found, total = (checked.found, checked.total) if checked is not None and checked.version == state.version else (0, 0)
     return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending,
                      changed_sources=len(standing_in), approved_found=found, approved_total=total,
-                     held_back=held_back_reason(channel))
+                     held_back=held_back_reason(channel), outdated_summaries=state.outdated)
 
 
 def node_view(channel: ChannelStore, node_id: str) -> NodeView:

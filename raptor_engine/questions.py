@@ -17,7 +17,7 @@ question in a fresh direct conversation makes no channel the store lists for goo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 
@@ -31,7 +31,7 @@ from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retriev
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore
 from raptor_engine.threads import in_thread
-from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node
+from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node, Source
 
 EVIDENCE_LEAVES = 400  # excerpts read under one cited summary: a root may span a whole source
 
@@ -105,7 +105,8 @@ class Questions:
             return answer
         channel = self._writers.channel(key)
         checked = check_answer(answer, cited_evidence(channel, answer), question, self._support_threshold)
-        return dated(checked, {source.id: source.added_at for source in channel.list_sources()})
+        state = channel.live_state()
+        return dated(checked, channel.list_sources(), set(state.replaced.values()) if state else set())
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
         """The hits for ``question`` (titled) and its scope in the channel."""
@@ -147,17 +148,22 @@ def cited_evidence(channel: ChannelStore, answer: Answer, limit: int = EVIDENCE_
     return evidence
 
 
-def dated(answer: Answer, added_at: dict[str, str]) -> Answer:
-    """``answer`` with each citation's ``updated_at``: when the newest of its node's sources was
-    added (an edit is a new version, added when it was made); empty when none is known."""
+def dated(answer: Answer, sources: Sequence[Source], changed: set[str]) -> Answer:
+    """``answer`` with each citation's ``updated_at`` (when the newest of its node's sources was
+    added: an edit is a new version, added when it was made) and, for a summary standing for a
+    source version it was not built from (``changed``: the served tree's replacements, see
+    ``TreeState.replaced``), ``outdated_by``: that source's title."""
     nodes = {hit.node.id: hit.node for hit in answer.hits}
+    by_id = {source.id: source for source in sources}
 
-    def updated(citation: Citation) -> str:
+    def marked(citation: Citation) -> Citation:
         node = nodes.get(citation.node_id)
-        moments = [added_at[sid] for sid in (node.source_ids if node else ()) if added_at.get(sid)]
-        return max(moments, default="")
+        own = [by_id[sid] for sid in (node.source_ids if node else ()) if sid in by_id]
+        moments = [source.added_at for source in own if source.added_at]
+        newer = [source.title for source in own if source.id in changed] if citation.layer > 0 else []
+        return replace(citation, updated_at=max(moments, default=""), outdated_by=newer[0] if newer else "")
 
-    return replace(answer, citations=tuple(replace(c, updated_at=updated(c)) for c in answer.citations))
+    return replace(answer, citations=tuple(marked(c) for c in answer.citations))
 
 
 def _leaves_beneath(channel: ChannelStore, version: int, summary: Node, limit: int) -> list[Node]:

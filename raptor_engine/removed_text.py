@@ -34,6 +34,11 @@ class RemovedText:
             return frozenset()
         return runs_of(self._old, size) - runs_of(self._new, size)
 
+    @property
+    def nothing(self) -> bool:
+        """True when the new version keeps every word run of the old one (it only added text)."""
+        return not self._runs
+
     def quoted_in(self, text: str) -> bool:
         """True when ``text`` holds a run of words the new version no longer has."""
         runs = self._runs

@@ -152,6 +152,9 @@ class Citation:
     link: str
     quote: str
     updated_at: str = ""  # when its source was added or last edited (the newest, for a summary): ISO-8601 UTC
+    # A summary built before a source under it changed (kept because it quotes none of the text that
+    # went): that source's title, for the "may be outdated" mark; empty otherwise.
+    outdated_by: str = ""
 
     @property
     def kind(self) -> str:
@@ -233,6 +236,9 @@ class TreeStats:
     approved_found: int = 0
     approved_total: int = 0
     held_back: str = ""
+    # Summaries kept since a source under them changed (they quote none of the text it lost):
+    # cited with a "may be outdated" mark until the next rebuild.
+    outdated_summaries: int = 0
 
 
 @dataclass(frozen=True, slots=True)

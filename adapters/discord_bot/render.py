@@ -190,8 +190,8 @@ def source_embeds(citations: Sequence[CitationView]) -> list[discord.Embed]:
 def citation_field(citation: CitationView) -> tuple[str, str]:
     """A source as (field name, field value): ``[2] summary · layer 1 · Title`` and
     the quote, the link and the node id."""
-    age = f" · {citation.age}" if citation.age else ""
-    name = _cut(f"[{citation.number}] {kind_label(citation)} · {_plain(citation.title) or 'untitled'}{age}",
+    notes = f" · {_plain(citation.notes)}" if citation.notes else ""
+    name = _cut(f"[{citation.number}] {kind_label(citation)} · {_plain(citation.title) or 'untitled'}{notes}",
                 FIELD_NAME_LIMIT)
     lines = []
     quote = _plain(citation.quote)

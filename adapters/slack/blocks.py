@@ -207,8 +207,8 @@ def _citation_part(citation: CitationView) -> _Part:
     title = clip(unmask_links(citation.title) or "untitled", TITLE_CHARS)
     url = _link(citation.link)
     shown = f"<{url}|{escape(title).replace('|', '¦')}>" if url else escape(title)
-    age = f" · {escape(citation.age)}" if citation.age else ""
-    lines = [f"*[{citation.number}]* {shown} · _{kind_label(citation)}_{age}"]
+    notes = f" · {escape(unmask_links(citation.notes))}" if citation.notes else ""
+    lines = [f"*[{citation.number}]* {shown} · _{kind_label(citation)}_{notes}"]
     quote = clip(unmask_links(citation.quote), QUOTE_CHARS)
     if quote:
         lines.append(f">{escape(quote)}")

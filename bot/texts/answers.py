@@ -31,8 +31,17 @@ def citation_view(citation: Citation) -> CitationView:
         title=citation.title,
         link=citation.link,
         quote=citation.quote,
-        age=f"updated {ago(citation.updated_at)}" if ago(citation.updated_at) else "",
+        notes=citation_notes(citation),
     )
+
+
+def citation_notes(citation: Citation) -> str:
+    """What is said beside a citation: its source's age, and whether a summary may be outdated."""
+    age = ago(citation.updated_at)
+    notes = [f"updated {age}"] if age else []
+    if citation.outdated_by:
+        notes.append(f"may be outdated: built before “{citation.outdated_by}” changed")
+    return " · ".join(notes)
 
 
 UNSUPPORTED_MARK = "⚠"
@@ -94,8 +103,8 @@ def citation_line(citation: CitationView) -> str:
     link = f" {citation.link}" if citation.link else ""
     kind = node_kind(citation.layer).lower()
     quoted = f" — “{citation.quote}”" if citation.quote else ""
-    age = f" · {citation.age}" if citation.age else ""
-    return f"[{citation.number}] {kind} · {citation.title}{age}{quoted}{link} (node {citation.node_id})"
+    notes = f" · {citation.notes}" if citation.notes else ""
+    return f"[{citation.number}] {kind} · {citation.title}{notes}{quoted}{link} (node {citation.node_id})"
 
 
 def answer_text(answer: Answer) -> str:

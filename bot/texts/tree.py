@@ -68,6 +68,9 @@ def _state_lines(stats: TreeStats) -> list[str]:
         )
     else:
         lines.append("Up to date with its sources.")
+    if stats.outdated_summaries:
+        lines.append(f"{count(stats.outdated_summaries, 'summary', 'summaries')} may be outdated (built before a "
+                     "source under them changed; cited with a mark) until the next rebuild.")
     if stats.approved_total:
         lines.append(f"Check: {approved_text(stats.approved_found, stats.approved_total)}.")
     if stats.held_back:

@@ -22,7 +22,7 @@ from raptor_engine.store.notes import Notes
 from raptor_engine.store.sources import Sources, SourceState
 from raptor_engine.store.summaries import Summaries
 from raptor_engine.store.tree_builds import TreeBuilds
-from raptor_engine.store.tree_forget import TreeForget
+from raptor_engine.store.tree_forget import Keep, TreeForget
 from raptor_engine.store.tree_format import TreeState
 from raptor_engine.store.tree_pool import TreePool
 from raptor_engine.store.tree_reads import TreeReads
@@ -253,13 +253,14 @@ class ChannelStore:
         """The stored embeddings of some nodes of a tree version, by id."""
         return self._tree_reads.embeddings(version, ids)
 
-    def remove_source_from_trees(self, source_id: str, successor: str = "") -> int:
+    def remove_source_from_trees(self, source_id: str, successor: str = "", keep: Keep | None = None) -> int:
         """Deletes, from every stored tree (served, previous or unfinished), the nodes that
         cover ``source_id``, and takes its id out of the served state.
 
         References to the deleted nodes are removed from the remaining nodes'
         children and parents, so the tree stays consistent until the next
         rebuild restores the summaries of the other sources. Returns the number
-        of nodes deleted from the served tree. ``successor``: see ``TreeForget.remove_source``.
+        of nodes deleted from the served tree. ``successor`` and ``keep``: see
+        ``TreeForget.remove_source``.
         """
-        return self._tree_forget.remove_source(source_id, successor)
+        return self._tree_forget.remove_source(source_id, successor, keep)

@@ -11,13 +11,17 @@ the same channel in this process never has its new records freed by a forget's e
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from raptor_engine.store.common import translated
+from raptor_engine.store.common import TEXT_KEY, translated
 from raptor_engine.store.tree_format import TreeState, all_of
 from raptor_engine.store.tree_pool import TreePool
 from raptor_engine.store.tree_state import TreeStates
+
+Keep = Callable[[str], bool]
+"""Whether a summary (given its text) may stay when a source under it is replaced."""
 
 
 class TreeForget:
@@ -27,13 +31,15 @@ class TreeForget:
         self._pool = pool
         self._states = states
 
-    def remove_source(self, source_id: str, successor: str = "") -> int:
+    def remove_source(self, source_id: str, successor: str = "", keep: Keep | None = None) -> int:
         """Deletes, from every stored tree, the nodes that cover ``source_id``, and takes its id
         out of the served state; the number of nodes deleted from the served tree. A
         ``successor`` is the id of the source's new version: the state counts the source as
-        replaced by it, not as forgotten (see ``TreeState.replaced``)."""
+        replaced by it, not as forgotten (see ``TreeState.replaced``). With a successor,
+        ``keep`` says which summaries may stay (given a summary's text): those stay, standing
+        for the successor instead (so forgetting it takes them too), counted ``outdated``."""
         with self._pool.write_lock(), translated("removing a source from the tree"):
-            removed = self._remove_from_pool(source_id)
+            removed, kept = self._remove_from_pool(source_id, successor, keep if successor else None)
         with self._pool.state_lock():
             # Read now, not before: a build may have switched over while the nodes went.
             state = self._states.read()
@@ -44,18 +50,27 @@ class TreeForget:
                 previous = self._states.served_places()
                 previous.pop(state.version, None)
                 updated = _without_source(state, source_id, removed_live, successor)
+                updated = replace(updated, outdated=updated.outdated + kept.get(state.tag, 0))
                 self._states.write(updated, next(iter(previous.values()), None))
         return sum(removed_live.values())
 
-    def _remove_from_pool(self, source_id: str) -> dict[str, Counter[int]]:
+    def _remove_from_pool(self, source_id: str, successor: str,
+                          keep: Keep | None) -> tuple[dict[str, Counter[int]], Counter[str]]:
         """Frees the pool's records covering ``source_id`` (whatever tree they belong to) and
-        unlinks them from their trees' other nodes; how many went per tree tag and layer."""
+        unlinks them from their trees' other nodes; how many went per tree tag and layer, and
+        how many summaries ``keep`` kept per tree tag (they now cover ``successor``)."""
         pool = self._pool.collection()
-        doomed = pool.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+        found = pool.get(where={"sources": {"$contains": source_id}}, include=["metadatas"])
+        records = list(zip(found["ids"], found["metadatas"] or []))
+        staying = [(i, m) for i, m in records if keep is not None and int(m["layer"]) > 0 and keep(str(m[TEXT_KEY]))]
+        stay_ids = {i for i, _ in staying}
+        doomed = [(i, m) for i, m in records if i not in stay_ids]
+        if staying:
+            pool.update(ids=[i for i, _ in staying], metadatas=[_standing_for(m, source_id, successor) for _, m in staying])
         by_tree: dict[str, list[dict[str, Any]]] = {}
-        for metadata in doomed["metadatas"] or []:
+        for _, metadata in doomed:
             by_tree.setdefault(str(metadata["tree"]), []).append(metadata)
-        self._pool.free(list(doomed["ids"]), [str(m["tree"]) for m in doomed["metadatas"] or []])
+        self._pool.free([i for i, _ in doomed], [str(m["tree"]) for _, m in doomed])
         removed: dict[str, Counter[int]] = {}
         for tag, metadatas in by_tree.items():
             removed[tag] = Counter(int(m["layer"]) for m in metadatas)
@@ -67,7 +82,7 @@ class TreeForget:
             affected = pool.get(where=all_of({"tree": tag}, {"node": {"$in": survivors}}), include=["metadatas"])
             if affected["ids"]:
                 pool.update(ids=affected["ids"], metadatas=[_without_links(m, gone) for m in affected["metadatas"]])
-        return removed
+        return removed, Counter(str(m["tree"]) for _, m in staying)
 
 
 def _without_source(state: TreeState, source_id: str, removed: Counter[int], successor: str = "") -> TreeState:
@@ -91,6 +106,12 @@ def _without_source(state: TreeState, source_id: str, removed: Counter[int], suc
         forgotten=state.forgotten + (1 if of_build and not successor else 0),
         replaced=replaced,
     )
+
+
+def _standing_for(metadata: dict[str, Any], source_id: str, successor: str) -> dict[str, Any]:
+    """A kept summary's metadata with ``successor`` in place of ``source_id`` among its sources."""
+    sources = [successor if s == source_id else s for s in metadata.get("sources") or []]
+    return {**metadata, "sources": list(dict.fromkeys(sources))}
 
 
 def _without_links(metadata: dict[str, Any], removed: set[str]) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class TreeState:
     # again): the build's id -> the id of the version now standing for it. Counted apart from
     # ``forgotten``, so status can say how many sources *changed*, not just came and went.
     replaced: dict[str, str] = field(default_factory=dict)
+    # Summaries of this build kept when a source under them was replaced, because they quote none
+    # of the text it lost: shown marked "may be outdated" until the next rebuild.
+    outdated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ def state_metadata(state: TreeState, previous: TreePlace | None) -> dict[str, An
         "revision": state.revision,
         "forgotten": state.forgotten,
         "replaced": json.dumps(state.replaced, sort_keys=True),
+        "outdated": state.outdated,
         "slot": state.slot,
         "tag": state.tag,
         # One JSON field, never left out: Chroma's upsert merges metadata keys.
@@ -125,6 +129,7 @@ def state_from(meta: dict[str, Any]) -> TreeState:
         revision=int(meta["revision"]),
         forgotten=int(meta["forgotten"]),
         replaced={str(k): str(v) for k, v in json.loads(str(meta["replaced"])).items()},
+        outdated=int(meta.get("outdated") or 0),  # states written before it was counted hold none
         slot=int(meta["slot"]),
         tag=str(meta["tag"]),
     )

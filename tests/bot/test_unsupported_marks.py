@@ -90,4 +90,7 @@ def test_each_citation_says_how_old_its_source_is() -> None:
     recent = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     citation = Citation(1, "l0.a", 0, "Handbook", "https://x.test/f", "One engineer is on call.", updated_at=recent)
     [view] = answer_reply(Answer("One engineer is on call. [1]", (citation,), (), True)).citations
-    assert view.age == "updated just now" and "· updated just now" in citation_line(view)
+    assert view.notes == "updated just now" and "· updated just now" in citation_line(view)
+    summary = Citation(2, "s1.aa", 1, "Handbook", "", "", updated_at=recent, outdated_by="On-call rota")
+    [marked] = answer_reply(Answer("Summary. [1]", (summary,), (), True)).citations
+    assert marked.notes == "updated just now · may be outdated: built before “On-call rota” changed"
