@@ -181,7 +181,9 @@ def feedback_report_text(answers: Sequence[AnswerRecord], shown: int = FEEDBACK_
     people said was wrong, and the newest questions the material did not answer."""
     downs = [a for a in answers if a.downs][-shown:]
     missed = [a for a in answers if not a.found][-shown:]
-    lines = [f"👎 on {count(len(downs), 'answer')} (newest last):" if downs else "No answer has a 👎."]
+    # Candidates, never added on their own: an admin's correction of one joins the approved questions.
+    lines = [f"👎 on {count(len(downs), 'answer')} (newest last; candidates for a correction, which joins the "
+             "questions every rebuild is checked against):" if downs else "No answer has a 👎."]
     for record in downs:
         lines.append(f"• “{_clip(record.question)}” ({record.ups} 👍, {record.downs} 👎, {when(record.answered_at)})")
         lines += [f"    – {_clip(reason)}" for reason in record.reasons.values() if reason]
