@@ -139,7 +139,9 @@ def test_upload_ask_rebuild_node_tree_forget(engine: Engine, tmp_path: Path) -> 
         answer = terminal.take()
         cited = citations(answer)
         assert cited and {kind for kind, _, _ in cited} == {"excerpt"}, answer
-        assert all(title.startswith("The Aurora Team Handbook — “") for _, title, _ in cited)
+        # Its title, how old the source is, then the quote.
+        aged = re.compile(r"The Aurora Team Handbook · updated (just now|\d+ minutes? ago) — “")
+        assert all(aged.match(title) for _, title, _ in cited), cited
         assert "[1]" in answer.splitlines()[0]  # the answer text carries its citation numbers
 
         await console.handle_line("/rebuild")
