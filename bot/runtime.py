@@ -70,16 +70,16 @@ class Assistant:
         self.scheduler: RebuildService
         spending = front_end.spending if front_end is not None else LocalSpending()
         budget = ModelBudget(config.bot.model_budget, spending)  # shared by answers and rebuilds
+        self.couriers: dict[str, Courier] = {}
         if front_end is not None:
             self.scheduler = front_end.rebuilds
             self.deliveries: DeliveryLedger = front_end.deliveries
         else:
-            self.scheduler = RebuildScheduler(engine, config.bot, self.metrics, budget)
+            self.scheduler = RebuildScheduler(engine, config.bot, self.metrics, budget, self.couriers)
             self.deliveries = deliveries or LocalLedger()
         limiters = front_end.limiters if front_end is not None else None
         self.handler = ChatHandler(engine, config, self.scheduler, limiters=limiters, metrics=self.metrics,
                                    budget=budget)
-        self.couriers: dict[str, Courier] = {}
         self._warm_up: threading.Thread | None = None
         self._reader: asyncio.Task[None] | None = None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -29,10 +30,10 @@ from bot.config import BotConfig
 from bot.engine_calls import AsyncEngine
 from bot.memory import release_free_memory
 from bot.model_budget import ModelBudget
-from bot.neutral import Reply, ReplyAddress, ReplyKind, Send
+from bot.neutral import Courier, Reply, ReplyAddress, ReplyKind, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.relay import send_safely
-from bot.rebuilds.report import rebuild_and_report
+from bot.rebuilds.report import held_back_news, rebuild_and_report
 from bot.rebuilds.schedule import ChannelChecks, schedule_of
 from bot.rebuilds.service import RequestResult, ScheduleStatus
 from bot.replies import REBUILD_INTERRUPTED, REBUILD_QUEUED_BEHIND
@@ -111,9 +112,12 @@ class RebuildScheduler:
     """
 
     def __init__(self, engine: AsyncEngine, config: BotConfig, metrics: Metrics | None = None,
-                 budget: ModelBudget | None = None) -> None:
-        """``budget``: the workspaces' daily model budget, which every build checks and counts against."""
+                 budget: ModelBudget | None = None, couriers: Mapping[str, Courier] | None = None) -> None:
+        """``budget``: the workspaces' daily model budget, which every build checks and counts
+        against; ``couriers``: how to post in a channel of each platform without an event to
+        answer (a scheduled rebuild held back by the regression gate is told there, once)."""
         self._engine = engine
+        self._couriers = couriers if couriers is not None else {}
         self._metrics = metrics
         self._budget = budget
         self._config = config
@@ -313,8 +317,11 @@ class RebuildScheduler:
         log.info("channel %s: rebuild started (%s)", key, batch.describe())
         public, private = batch.announced()
         forced = any(requester.force for requester in batch.requesters)
-        reply, _ = await rebuild_and_report(self._engine, key, public, self._config.progress_every_s,
-                                            batch.describe(), self._metrics, self._budget, force=forced)
+        reply, error = await rebuild_and_report(self._engine, key, public, self._config.progress_every_s,
+                                                batch.describe(), self._metrics, self._budget, force=forced)
+        courier = self._couriers.get(key.platform)
+        if not batch.manual and held_back_news(error) and courier is not None:
+            await send_safely(courier(ReplyAddress(key)), reply)  # nobody asked: the channel is told, once
         batch.answered = True
         told = replace(reply, private=True)
         await asyncio.gather(*(send_safely(send, reply) for send in public),

@@ -92,6 +92,12 @@ async def rebuild_and_report(engine: AsyncEngine, key: ChannelKey, sends: Sequen
     return reply, error
 
 
+def held_back_news(error: Exception | None) -> bool:
+    """Whether ``error`` is a rebuild held back by the regression gate that the channel was not
+    told of yet (the same sources held back for the same reason are told once)."""
+    return isinstance(error, BuildHeldBack) and not error.repeated
+
+
 def _each(*callbacks: Callable[[BuildProgress], None] | None) -> Callable[[BuildProgress], None] | None:
     """One progress callback calling every one of ``callbacks`` given; None when none is."""
     given = [callback for callback in callbacks if callback is not None]

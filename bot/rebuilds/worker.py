@@ -48,7 +48,7 @@ from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import Reply, ReplyAddress, Send
 from bot.observability.metrics import Metrics
 from bot.rebuilds.job_queue import FAILURE_TTL_S, JOB_SERIALIZER, RebuildJob, RebuildQueue, channel_from_text, refusal
-from bot.rebuilds.report import rebuild_and_report
+from bot.rebuilds.report import held_back_news, rebuild_and_report
 from bot.rebuilds.requests import RebuildRequests, Requester
 from bot.rebuilds.schedule import sources_changed
 from raptor_engine import BuildBusy, BuildSuperseded, ChannelKey
@@ -141,6 +141,11 @@ async def _build_once(context: WorkerContext, key: ChannelKey, requesters: list[
                                             force=any(r.force for r in requesters))
     if isinstance(error, BuildSuperseded):
         raise error  # whoever took over tells them
+    if not requesters and held_back_news(error):  # a scheduled build: nobody asked, the channel is told once
+        try:
+            await context.sender(ReplyAddress(key))(reply)
+        except CoordinationDown:
+            log.warning("channel %s: could not say the scheduled rebuild was held back: Redis is down", key)
     for address, send in zip(addresses, sends):
         try:
             await send(Reply(reply.kind, reply.text, reference=reply.reference, thread=address.thread))

@@ -653,3 +653,42 @@ def test_edits_of_one_message_are_applied_in_the_order_they_were_made(
         assert engine.store.channel(channel).source_text(source.id).endswith("Fridays at noon.")
 
     run(engine, make_config(tmp_path, channel), channel, body)
+
+
+def test_a_scheduled_rebuild_held_back_is_told_in_the_channel_once(
+    engine: Engine, channel: ChannelKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.neutral import ReplyAddress
+    from raptor_engine.store.channel import ChannelStore
+
+    posted: list[tuple[ReplyAddress, Reply]] = []
+
+    def courier(address: ReplyAddress) -> Callable[[Reply], Awaitable[None]]:
+        async def send(reply: Reply) -> None:
+            posted.append((address, reply))
+        return send
+
+    async def session() -> None:
+        config = make_config(tmp_path, channel)
+        scheduler = RebuildScheduler(AsyncEngine(engine), config.bot, couriers={channel.platform: courier})
+        await scheduler.start()
+        try:
+            engine.ingest(channel, Document(NOTE, "Note", SourceKind.MESSAGE, "", "Ana", "", "m1"))
+            engine.ingest(channel, Document(OTHER_NOTE, "Other", SourceKind.MESSAGE, "", "Ana", "", "m2"))
+            assert await scheduler.check(channel)
+            await scheduler.wait_idle(channel)
+            assert posted == []  # a scheduled build that was served posts nothing
+            engine.ingest(channel, Document(NOTE + " Ask Ben.", "Note", SourceKind.MESSAGE, "", "Ana", "", "m3"))
+            read = ChannelStore.cached_leaves  # a broken leaf cache: one source's excerpts lost
+            monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
+                sid: ([], vectors[:0]) if position == 0 else (chunks, vectors)
+                for position, (sid, (chunks, vectors)) in enumerate(sorted(read(self, profile, ids).items()))})
+            for _ in range(2):  # held back twice, for the same reason: told once
+                assert await scheduler.check(channel)
+                await scheduler.wait_idle(channel)
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(session())
+    [(address, reply)] = posted
+    assert address == ReplyAddress(channel) and reply.text.startswith("Rebuild held back:")

@@ -114,3 +114,30 @@ def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held
     texts = [decode({describe(n): describe(v) for n, v in fields.items()})[1].text
              for _, fields in link.blocking.xrange(link.key("replies", "slack"))]
     assert texts[1].startswith("Rebuild held back:") and "Served although the check" in texts[2]
+
+
+def test_a_scheduled_job_held_back_tells_the_channel_once(
+        store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
+    from raptor_engine.store.channel import ChannelStore
+
+    settings = coordination_config(redis_url)
+    link = RedisLink(settings)
+    leases = CountedLeases(link, settings.lease_s, "worker")
+    engine = worker_engine(store, embedder, leases)
+    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
+    config = Config(bot=BotConfig(progress_every_s=3600))
+    install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s),
+                          RebuildRequests(link, signer()), ReplyPublisher(link, signer()), Metrics(),
+                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
+    assert run_rebuild_job(channel_text(KEY)) == "built"  # scheduled (no requester): served, nothing posted
+    engine.ingest_bytes(KEY, (TEXT + " The keeper retires in spring.").encode(), "log2.txt", "", "ana", "F2")
+    read = ChannelStore.cached_leaves  # a broken leaf cache: half the excerpts lost
+    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
+        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
+        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    run_rebuild_job(channel_text(KEY))
+    run_rebuild_job(channel_text(KEY))  # held back again, for the same reason: not told again
+    posted = [decode({describe(n): describe(v) for n, v in fields.items()})
+              for _, fields in link.blocking.xrange(link.key("replies", "slack"))]
+    assert [(address, reply.text[:19]) for address, reply in posted] == [(ReplyAddress(KEY), "Rebuild held back: ")]
+    assert engine.stats(KEY).version == 1
