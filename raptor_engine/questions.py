@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from raptor_engine.answer_check import SUPPORT_THRESHOLD, Evidence, check_answer
 from raptor_engine.answering import ExtractiveAnswerer
@@ -29,7 +29,7 @@ from raptor_engine.errors import ChannelError, NoMaterial
 from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
-from raptor_engine.store import ChannelStore
+from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.threads import in_thread
 from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node, Source
 
@@ -73,7 +73,7 @@ class Questions:
     def retrieve(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> list[Hit]:
         """The nodes that best answer ``question``, best first, within the token budget."""
         with self._gate.foreground():
-            return self._retrieval(key, question, settings).hits
+            return self._retrieval(key, question, settings).retrieved.hits
 
     async def answer(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Answer:
         """An answer to ``question`` from the channel's material, citing the nodes it used, its
@@ -81,12 +81,13 @@ class Questions:
         also hears the question's scope."""
         with self._gate.foreground():
             found = await in_thread(self._threads, self._retrieval, key, question, settings)
+            hits, scope = found.retrieved.hits, found.retrieved.scope
             if isinstance(self._answerer, ExtractiveAnswerer):  # computes here: the rebuild keeps stepping aside
-                answer = await in_thread(self._threads, self._answerer.answer_now, question, found.hits, found.scope)
-                return await in_thread(self._threads, self._checked, key, question, answer)
+                answer = await in_thread(self._threads, self._answerer.answer_now, question, hits, scope)
+                return await in_thread(self._threads, self._checked, found, question, answer)
         # A remote model's answer is a wait, not work on our CPU: the rebuild need not pause for it.
-        answer = await self._answerer.answer(question, found.hits)
-        return await in_thread(self._threads, self._checked, key, question, answer)
+        answer = await self._answerer.answer(question, hits)
+        return await in_thread(self._threads, self._checked, found, question, answer)
 
     async def answer_stream(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> AnswerStream:
         """The answer as it is written; retrieval is done (and fails) here, the model is asked
@@ -96,20 +97,22 @@ class Questions:
         with self._gate.foreground():
             found = await in_thread(self._threads, self._retrieval, key, question, settings)
         # As in answer(): a remote model's answer is a wait, not work on our CPU.
-        stream = self._answerer.answer_stream(question, found.hits)
-        return _Checked(stream, lambda answer: in_thread(self._threads, self._checked, key, question, answer))
+        stream = self._answerer.answer_stream(question, found.retrieved.hits)
+        return _Checked(stream, lambda answer: in_thread(self._threads, self._checked, found, question, answer))
 
-    def _checked(self, key: ChannelKey, question: str, answer: Answer) -> Answer:
-        """``answer`` checked against the nodes it cites (see ``answer_check.py``)."""
+    def _checked(self, found: _Found, question: str, answer: Answer) -> Answer:
+        """``answer`` checked against the nodes it cites (see ``answer_check.py``), with the tree
+        and sources its retrieval read (not read again)."""
         if not answer.found or not answer.citations:
             return answer
-        channel = self._writers.channel(key)
-        checked = check_answer(answer, cited_evidence(channel, answer), question, self._support_threshold)
-        state = channel.live_state()
-        return dated(checked, channel.list_sources(), set(state.replaced.values()) if state else set())
+        evidence = cited_evidence(found.channel, found.state, answer)
+        checked = check_answer(answer, evidence, question, self._support_threshold)
+        changed = set(found.state.replaced.values()) if found.state else set()
+        return dated(checked, found.sources, changed)
 
-    def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> Retrieved:
-        """The hits for ``question`` (titled) and its scope in the channel."""
+    def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> _Found:
+        """The hits for ``question`` (titled) and its scope in the channel, with what was read to
+        find them."""
         settings = settings or self._settings
         channel = self._writers.channel(key)
         state = channel.live_state()
@@ -126,15 +129,27 @@ class Questions:
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
         indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
-        return retrieve_scoped(channel, state, query, settings, indexes)
+        return _Found(retrieve_scoped(channel, state, query, settings, indexes), channel, state, list(sources.values()))
 
 
-def cited_evidence(channel: ChannelStore, answer: Answer, limit: int = EVIDENCE_LEAVES) -> dict[str, Evidence]:
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A question's retrieval, with the channel's store, served tree and sources it read: an
+    answer's check needs them again."""
+
+    retrieved: Retrieved
+    channel: ChannelStore
+    state: TreeState | None
+    sources: list[Source]
+
+
+def cited_evidence(channel: ChannelStore, state: TreeState | None, answer: Answer,
+                   limit: int = EVIDENCE_LEAVES) -> dict[str, Evidence]:
     """The :class:`Evidence` of each node ``answer`` cites: a leaf's text; a summary's text and
-    the excerpts beneath it (at most ``limit`` of them), read from the served tree layer by
-    layer. A summary of a tree no longer served finds no excerpts, so its quote is not shown."""
+    the excerpts beneath it (at most ``limit`` of them), read from tree ``state`` (the one
+    retrieval searched) layer by layer. A summary of a tree dropped since finds no excerpts,
+    so its quote is not shown."""
     nodes = {hit.node.id: hit.node for hit in answer.hits}
-    state = channel.live_state()
     evidence: dict[str, Evidence] = {}
     for citation in answer.citations:
         node = nodes.get(citation.node_id)
