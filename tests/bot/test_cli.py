@@ -274,7 +274,7 @@ def test_check_and_a_held_back_rebuild_on_the_command_line(
     from bot.composition import build_engine
     from bot.config import Config
     from raptor_engine import ChannelKey
-    from raptor_engine.store.channel import ChannelStore
+    from tests.faults import half_the_leaves_lost
 
     data = str(tmp_path / "data")
     question = "What happens when the on-call engineer cannot be reached?"
@@ -294,10 +294,7 @@ def test_check_and_a_held_back_rebuild_on_the_command_line(
     code, out = run("--data-dir", data, "inspect", "--channel", "team")
     assert "Check: 1 of 1 approved question finds its sources." in out
 
-    read = ChannelStore.cached_leaves  # a broken leaf cache: half of every source's excerpts lost
-    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
-        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
-        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    half_the_leaves_lost(monkeypatch)  # a broken leaf cache
     capsys.readouterr()
     code, out = run("--data-dir", data, "rebuild", "--channel", "team")
     error = capsys.readouterr().err

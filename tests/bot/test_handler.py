@@ -28,6 +28,7 @@ from bot.rebuilds.in_process import RebuildScheduler
 from bot.rebuilds.service import ScheduleStatus
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document, SourceKind, TreeStats
+from tests.faults import first_sources_leaves_lost
 
 GUEST = Person("U-guest", "Guest")
 ADMIN = Person("U-admin", "Admin")  # listed in bot.admins
@@ -599,7 +600,6 @@ def test_a_channel_keeps_its_configured_number_of_answers(engine: Engine, channe
 def test_a_held_back_rebuild_is_said_and_rebuild_force_serves_it(
     engine: Engine, channel: ChannelKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from raptor_engine.store.channel import ChannelStore
 
     async def body(s: Session) -> None:
         await s.do(s.pin(NOTE, "m1"))
@@ -612,10 +612,7 @@ def test_a_held_back_rebuild_is_said_and_rebuild_force_serves_it(
         refused = await s.do(s.command(GUEST, "check"))
         assert refused.kind is ReplyKind.ERROR
 
-        read = ChannelStore.cached_leaves  # a broken leaf cache: one of the two notes' excerpts lost
-        monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
-            sid: ([], vectors[:0]) if position == 0 else (chunks, vectors)
-            for position, (sid, (chunks, vectors)) in enumerate(sorted(read(self, profile, ids).items()))})
+        first_sources_leaves_lost(monkeypatch)  # a broken leaf cache: one source's excerpts lost
         await s.do(s.command(ADMIN, "rebuild"))
         await s.scheduler.wait_idle(channel)
         held = s.sent[-1]
@@ -659,7 +656,6 @@ def test_a_scheduled_rebuild_held_back_is_told_in_the_channel_once(
     engine: Engine, channel: ChannelKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bot.neutral import ReplyAddress
-    from raptor_engine.store.channel import ChannelStore
 
     posted: list[tuple[ReplyAddress, Reply]] = []
 
@@ -679,10 +675,7 @@ def test_a_scheduled_rebuild_held_back_is_told_in_the_channel_once(
             await scheduler.wait_idle(channel)
             assert posted == []  # a scheduled build that was served posts nothing
             engine.ingest(channel, Document(NOTE + " Ask Ben.", "Note", SourceKind.MESSAGE, "", "Ana", "", "m3"))
-            read = ChannelStore.cached_leaves  # a broken leaf cache: one source's excerpts lost
-            monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
-                sid: ([], vectors[:0]) if position == 0 else (chunks, vectors)
-                for position, (sid, (chunks, vectors)) in enumerate(sorted(read(self, profile, ids).items()))})
+            first_sources_leaves_lost(monkeypatch)  # a broken leaf cache: one source's excerpts lost
             for _ in range(2):  # held back twice, for the same reason: told once
                 assert await scheduler.check(channel)
                 await scheduler.wait_idle(channel)

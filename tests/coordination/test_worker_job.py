@@ -28,6 +28,7 @@ from raptor_engine import (
     channel_digest,
 )
 from tests.coordination.conftest import coordination_config, signer
+from tests.faults import half_the_leaves_lost
 
 KEY = ChannelKey("slack", "T1", "C7")
 TEXT = ("The lighthouse keeper logs the weather every evening. Storms come from the west in autumn. "
@@ -83,7 +84,6 @@ def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
 
 def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held_back(
         store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
-    from raptor_engine.store.channel import ChannelStore
 
     settings = coordination_config(redis_url)
     link = RedisLink(settings)
@@ -101,10 +101,7 @@ def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held
     ask()
     assert run_rebuild_job(channel_text(KEY)) == "built"
 
-    read = ChannelStore.cached_leaves  # a broken leaf cache: half the excerpts lost
-    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
-        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
-        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    half_the_leaves_lost(monkeypatch)  # a broken leaf cache
     ask()
     run_rebuild_job(channel_text(KEY))
     assert engine.stats(KEY).version == 1  # held back
@@ -118,7 +115,6 @@ def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held
 
 def test_a_scheduled_job_held_back_tells_the_channel_once(
         store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
-    from raptor_engine.store.channel import ChannelStore
 
     settings = coordination_config(redis_url)
     link = RedisLink(settings)
@@ -131,10 +127,7 @@ def test_a_scheduled_job_held_back_tells_the_channel_once(
                           ModelBudget(config.bot.model_budget, SharedSpending(link))))
     assert run_rebuild_job(channel_text(KEY)) == "built"  # scheduled (no requester): served, nothing posted
     engine.ingest_bytes(KEY, (TEXT + " The keeper retires in spring.").encode(), "log2.txt", "", "ana", "F2")
-    read = ChannelStore.cached_leaves  # a broken leaf cache: half the excerpts lost
-    monkeypatch.setattr(ChannelStore, "cached_leaves", lambda self, profile, ids: {
-        sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2])
-        for sid, (chunks, vectors) in read(self, profile, ids).items()})
+    half_the_leaves_lost(monkeypatch)  # a broken leaf cache
     run_rebuild_job(channel_text(KEY))
     run_rebuild_job(channel_text(KEY))  # held back again, for the same reason: not told again
     posted = [decode({describe(n): describe(v) for n, v in fields.items()})

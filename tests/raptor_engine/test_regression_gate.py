@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
 
-import numpy as np
 import pytest
 
 from raptor_engine.engine import Engine
 from raptor_engine.errors import BuildHeldBack
 from raptor_engine.regression_gate import GateCheck, QuestionResult, approved_questions, judge, last_check
-from raptor_engine.store.channel import ChannelStore
-from raptor_engine.types import ChannelKey, Chunk, Document, SourceKind
+from raptor_engine.types import ChannelKey, Document, SourceKind
 from tests.conftest import SAMPLE
+from tests.faults import half_the_leaves_lost, leaf_cache_keeps
 
 GARDEN = ("The community garden opens at seven in the morning. Tomatoes are planted in May after the last "
           "frost. Volunteers turn the compost every Sunday. Watering happens in the evening to save water. ") * 8
@@ -28,7 +26,6 @@ BAKERY = ("The bakery bakes sourdough every night at three. Its rye bread rests 
 QUESTIONS = ("When does the community garden open?", "How long does the rye bread rest?",
              "What happens when the on-call engineer cannot be reached?")
 
-CachedLeaves = dict[str, tuple[list[Chunk], np.ndarray]]
 
 
 def stocked(engine: Engine, key: ChannelKey) -> None:
@@ -41,25 +38,6 @@ def stocked(engine: Engine, key: ChannelKey) -> None:
         answer = asyncio.run(engine.answer(key, question))
         engine.keep_answer(key, f"a{number}", question, answer, "Ana")
         engine.vote(key, f"a{number}", "U1", up=True)
-
-
-@pytest.fixture
-def leaves_lost(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """While the list holds ``"half"`` or a source id, the leaf cache loses half of every
-    source's leaves, or that source's leaves."""
-    fault: list[str] = []
-    read = ChannelStore.cached_leaves
-
-    def faulty(self: ChannelStore, profile: str, source_ids: Sequence[str]) -> CachedLeaves:
-        found = read(self, profile, source_ids)
-        if "half" in fault:
-            return {sid: (chunks[: len(chunks) // 2], vectors[: len(chunks) // 2]) for sid, (chunks, vectors)
-                    in found.items()}
-        return {sid: ([], vectors[:0]) if sid in fault else (chunks, vectors) for sid, (chunks, vectors)
-                in found.items()}
-
-    monkeypatch.setattr(ChannelStore, "cached_leaves", faulty)
-    yield fault
 
 
 def test_the_approved_questions_are_the_thumbs_up_answers_and_the_corrections(engine: Engine,
@@ -84,11 +62,11 @@ def test_a_sound_rebuild_is_served_and_reports_its_approved_questions(engine: En
 
 
 def test_a_tree_that_lost_half_its_leaves_is_held_back_until_forced(
-    engine: Engine, channel: ChannelKey, leaves_lost: list[str]
+    engine: Engine, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stocked(engine, channel)
     served = engine.stats(channel).version
-    leaves_lost.append("half")
+    half_the_leaves_lost(monkeypatch)
     with pytest.raises(BuildHeldBack) as held:
         asyncio.run(engine.rebuild(channel))
     assert "excerpts its sources give" in held.value.reason and not held.value.repeated
@@ -102,12 +80,12 @@ def test_a_tree_that_lost_half_its_leaves_is_held_back_until_forced(
 
 
 def test_a_tree_that_dropped_a_sources_leaves_loses_its_questions_and_is_held_back(
-    engine: Engine, channel: ChannelKey, leaves_lost: list[str]
+    engine: Engine, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stocked(engine, channel)
     served = engine.stats(channel).version
     garden = next(s for s in engine.sources(channel) if s.title == "Garden")
-    leaves_lost.append(garden.id)
+    leaf_cache_keeps(monkeypatch, lambda sid, _place, count: 0 if sid == garden.id else count)
     with pytest.raises(BuildHeldBack) as held:
         asyncio.run(engine.rebuild(channel))
     assert held.value.total == 3 and held.value.found < 3
