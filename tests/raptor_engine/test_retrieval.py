@@ -9,7 +9,8 @@ import pytest
 
 from raptor_engine.engine import Engine
 from raptor_engine.lexical import LexicalIndex, count_terms, joined
-from raptor_engine.retrieval import RetrievalSettings, fill_budget
+from raptor_engine import retrieval
+from raptor_engine.retrieval import OVERVIEW_GIST, RetrievalSettings, cost, fill_budget
 from raptor_engine.scope import ScopeKind, assess, summary_map
 from raptor_engine.types import ChannelKey, Hit, Node
 from tests.conftest import SAMPLE
@@ -112,3 +113,56 @@ def test_collapsed_retrieval_follows_the_scope(engine: Engine, channel: ChannelK
     detail = engine.retrieve(channel, "What happens if a page is not acknowledged within ten minutes?", settings)
     assert all(h.node.layer == 0 for h in detail)
     assert "escalates" in " ".join(h.node.text for h in detail[:3]) or "secondary" in detail[0].node.text
+
+
+OVERVIEW = "What is this handbook about? Summarize its main points."
+
+
+def _leaf_ordinals(hits: list[Hit]) -> list[int]:
+    return [hit.node.ordinal for hit in hits if hit.node.layer == 0]
+
+
+def assert_gist_then_opening(hits: list[Hit], budget: int) -> None:
+    """The hits are a gist within OVERVIEW_GIST tokens, then the document's first leaves not in
+    it, in the document's order, all within ``budget``."""
+    used = [sum(cost(hit.node) for hit in hits[: at + 1]) for at in range(len(hits))]
+    gist = [hit for hit, total in zip(hits, used) if total <= OVERVIEW_GIST]
+    opening = _leaf_ordinals(hits[len(gist):])
+    assert opening and opening == sorted(opening), (opening, _leaf_ordinals(gist))
+    first_not_in_gist = min(set(range(max(opening) + 1)) - set(_leaf_ordinals(gist)))
+    assert opening[0] == first_not_in_gist, (opening, _leaf_ordinals(gist))
+    assert used[-1] <= budget
+
+
+def test_an_overview_of_one_document_adds_its_opening_after_the_gist(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    hits = engine.retrieve(channel, OVERVIEW, RetrievalSettings(budget=1100))
+    assert hits[0].node.id == engine.top_nodes(channel, 1)[0].id  # the gist still leads: the root first
+    assert_gist_then_opening(hits, 1100)
+    assert {0, 1} <= set(_leaf_ordinals(hits))  # the title and the handbook's own account of itself
+
+
+def test_an_overview_within_the_gist_budget_is_coverage_alone(engine: Engine, channel: ChannelKey,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    settings = RetrievalSettings(budget=OVERVIEW_GIST)
+    with_opening = engine.retrieve(channel, OVERVIEW, settings)
+    monkeypatch.setattr(retrieval, "OVERVIEW_GIST", 10**6)
+    assert [h.node.id for h in engine.retrieve(channel, OVERVIEW, settings)] == [h.node.id for h in with_opening]
+
+
+def test_a_fresh_document_gives_its_opening_before_any_build(engine: Engine, channel: ChannelKey) -> None:
+    engine.ingest_file(channel, SAMPLE)  # no rebuild: its leaves are fresh, searched from the leaf cache
+    assert_gist_then_opening(engine.retrieve(channel, OVERVIEW, RetrievalSettings(budget=1100)), 1100)
+
+
+def test_the_subject_of_an_overview_is_the_source_holding_most_of_its_best_leaves() -> None:
+    def leaf(source: str, n: int) -> Hit:
+        return Hit(Node(f"{source}.{n}", 0, "text", 10, source_ids=(source,), ordinal=n), 0.5)
+
+    assert retrieval._subject([leaf("a", n) for n in range(10)]) == "a"
+    assert retrieval._subject([*(leaf("a", n) for n in range(8)), leaf("b", 0), leaf("c", 0)]) == "a"
+    assert retrieval._subject([*(leaf("a", n) for n in range(5)), *(leaf("b", n) for n in range(5))]) is None
+    assert retrieval._subject([]) is None
