@@ -387,7 +387,8 @@ class Engine:
     def stats(self, key: ChannelKey) -> TreeStats:
         """The served tree's version, size per layer, and how many sources changed since it was
         built: added, removed, or replaced by a new version (each such source counted once)."""
-        return tree_stats(key, self._channel(key))
+        channel = self._channel(key)
+        return tree_stats(key, channel, lambda state: self._indexes.tree(key, channel, state).summaries.spanning())
 
     def node(self, key: ChannelKey, node_id: str) -> NodeView:
         """A node of the served tree with its children and parents. Raises ``NodeNotFound``."""

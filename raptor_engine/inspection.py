@@ -7,15 +7,20 @@ source pending, no node and no top nodes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from raptor_engine.errors import NodeNotFound
 from raptor_engine.regression_gate import held_back_reason, last_check
-from raptor_engine.store import ChannelStore
+from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.types import ChannelKey, Node, NodeView, TreeStats
 
 
-def tree_stats(key: ChannelKey, channel: ChannelStore) -> TreeStats:
+def tree_stats(key: ChannelKey, channel: ChannelStore, spanning: Callable[[TreeState], int] = lambda _: 0) -> TreeStats:
     """The served tree's version, size per layer, and how many sources changed since it was
-    built: added, removed, or replaced by a new version (each such source counted once)."""
+    built: added, removed, or replaced by a new version (each such source counted once).
+    Summaries that may be outdated are those kept when a source under them was replaced and,
+    when sources were added since, those over several sources (``spanning`` counts them in a
+    tree; see ``questions.dated``)."""
     state = channel.live_state()
     source_ids = {s.id for s in channel.list_sources()}
     if state is None:
@@ -29,7 +34,8 @@ def tree_stats(key: ChannelKey, channel: ChannelStore) -> TreeStats:
     found, total = (checked.found, checked.total) if checked is not None and checked.version == state.version else (0, 0)
     return TreeStats(key, state.version, state.built_at, len(source_ids), state.nodes_per_layer, pending,
                      changed_sources=len(standing_in), approved_found=found, approved_total=total,
-                     held_back=held_back_reason(channel), outdated_summaries=state.outdated)
+                     held_back=held_back_reason(channel),
+                     outdated_summaries=state.outdated + (spanning(state) if added else 0))
 
 
 def node_view(channel: ChannelStore, node_id: str) -> NodeView:

@@ -108,7 +108,7 @@ class Questions:
         evidence = cited_evidence(found.channel, found.state, answer)
         checked = check_answer(answer, evidence, question, self._support_threshold)
         changed = set(found.state.replaced.values()) if found.state else set()
-        return dated(checked, found.sources, changed)
+        return dated(checked, found.sources, changed, added_since(found.state, found.sources))
 
     def _retrieval(self, key: ChannelKey, question: str, settings: RetrievalSettings | None) -> _Found:
         """The hits for ``question`` (titled) and its scope in the channel, with what was read to
@@ -163,11 +163,27 @@ def cited_evidence(channel: ChannelStore, state: TreeState | None, answer: Answe
     return evidence
 
 
-def dated(answer: Answer, sources: Sequence[Source], changed: set[str]) -> Answer:
+def added_since(state: TreeState | None, sources: Sequence[Source]) -> list[Source]:
+    """The sources added to the channel since tree ``state`` was built, newest first: in no
+    tree, and no new version of one of its sources (those are ``TreeState.replaced``'s)."""
+    if state is None:
+        return []
+    known = set(state.source_ids) | set(state.replaced.values())
+    return sorted((s for s in sources if s.id not in known), key=lambda s: (s.added_at, s.id), reverse=True)
+
+
+def dated(answer: Answer, sources: Sequence[Source], changed: set[str], added: Sequence[Source] = ()) -> Answer:
     """``answer`` with each citation's ``updated_at`` (when the newest of its node's sources was
-    added: an edit is a new version, added when it was made) and, for a summary standing for a
-    source version it was not built from (``changed``: the served tree's replacements, see
-    ``TreeState.replaced``), ``outdated_by``: that source's title."""
+    added: an edit is a new version, added when it was made) and the "may be outdated" marks
+    of its summaries, ``outdated_by`` naming the source:
+
+    - a summary standing for a source version it was not built from (``changed``: the served
+      tree's replacements, see ``TreeState.replaced``): that source;
+    - else a summary over several sources, when sources were ``added`` to the channel since
+      (newest first), with ``outdated_by_addition``: the newest. A rebuild may put the new
+      material into what such a summary says of the channel's material; a summary of one
+      source stays true of it whatever joins the channel.
+    """
     nodes = {hit.node.id: hit.node for hit in answer.hits}
     by_id = {source.id: source for source in sources}
 
@@ -175,8 +191,15 @@ def dated(answer: Answer, sources: Sequence[Source], changed: set[str]) -> Answe
         node = nodes.get(citation.node_id)
         own = [by_id[sid] for sid in (node.source_ids if node else ()) if sid in by_id]
         moments = [source.added_at for source in own if source.added_at]
-        newer = [source.title for source in own if source.id in changed] if citation.layer > 0 else []
-        return replace(citation, updated_at=max(moments, default=""), outdated_by=newer[0] if newer else "")
+        citation = replace(citation, updated_at=max(moments, default=""))
+        if citation.layer == 0 or node is None:
+            return citation
+        newer = [source.title for source in own if source.id in changed]
+        if newer:
+            return replace(citation, outdated_by=newer[0])
+        if added and len(node.source_ids) > 1:
+            return replace(citation, outdated_by=added[0].title, outdated_by_addition=True)
+        return citation
 
     return replace(answer, citations=tuple(marked(c) for c in answer.citations))
 

@@ -296,6 +296,10 @@ class SummaryMap:
     def is_summary(self, node_id: str) -> bool:
         return node_id in self.nodes
 
+    def spanning(self) -> int:
+        """How many summaries are over several sources (what a source added to the channel may change)."""
+        return sum(1 for node in self.nodes.values() if len(node.source_ids) > 1)
+
     def ancestors(self, nodes: Sequence[Node]) -> list[str]:
         """The summaries above ``nodes`` (nodes' own parents first, then theirs), each once."""
         found: dict[str, None] = {}

@@ -153,8 +153,10 @@ class Citation:
     quote: str
     updated_at: str = ""  # when its source was added or last edited (the newest, for a summary): ISO-8601 UTC
     # A summary built before a source under it changed (kept because it quotes none of the text that
-    # went): that source's title, for the "may be outdated" mark; empty otherwise.
+    # went), or, for a summary over several sources, before a source was added beside them: that
+    # source's title, for the "may be outdated" mark; empty otherwise.
     outdated_by: str = ""
+    outdated_by_addition: bool = False  # ``outdated_by`` was added since, not changed
 
     @property
     def kind(self) -> str:

@@ -40,7 +40,8 @@ def citation_notes(citation: Citation) -> str:
     age = ago(citation.updated_at)
     notes = [f"updated {age}"] if age else []
     if citation.outdated_by:
-        notes.append(f"may be outdated: built before “{citation.outdated_by}” changed")
+        change = "was added" if citation.outdated_by_addition else "changed"
+        notes.append(f"may be outdated: built before “{citation.outdated_by}” {change}")
     return " · ".join(notes)
 
 

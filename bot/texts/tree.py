@@ -70,7 +70,8 @@ def _state_lines(stats: TreeStats) -> list[str]:
         lines.append("Up to date with its sources.")
     if stats.outdated_summaries:
         lines.append(f"{count(stats.outdated_summaries, 'summary', 'summaries')} may be outdated (built before a "
-                     "source under them changed; cited with a mark) until the next rebuild.")
+                     "source under them changed, or a source was added beside them; cited with a mark) "
+                     "until the next rebuild.")
     if stats.approved_total:
         lines.append(f"Check: {approved_text(stats.approved_found, stats.approved_total)}.")
     if stats.held_back:

@@ -94,3 +94,6 @@ def test_each_citation_says_how_old_its_source_is() -> None:
     summary = Citation(2, "s1.aa", 1, "Handbook", "", "", updated_at=recent, outdated_by="On-call rota")
     [marked] = answer_reply(Answer("Summary. [1]", (summary,), (), True)).citations
     assert marked.notes == "updated just now · may be outdated: built before “On-call rota” changed"
+    added = Citation(3, "s2.ab", 2, "Handbook", "", "", outdated_by="Release notes", outdated_by_addition=True)
+    [beside] = answer_reply(Answer("Summary. [1]", (added,), (), True)).citations
+    assert beside.notes == "may be outdated: built before “Release notes” was added"

@@ -61,3 +61,30 @@ def test_an_edit_that_removes_text_takes_the_summaries_quoting_it_at_once(engine
     assert all(quoted not in " ".join(summary.split()) for summary in after)
     assert not traces(engine.store, [quoted.lower()]), traces(engine.store, [quoted.lower()])
     assert 0 < engine.stats(channel).outdated_summaries == len(after) < len(before)  # the others stay, marked
+
+
+def test_a_source_added_beside_marks_the_summaries_over_several_sources_until_the_next_rebuild(
+    engine: Engine, channel: ChannelKey
+) -> None:
+    first, second, third = (text[:8000] for text in quality_articles(3))
+    for n, text in enumerate((first, second)):
+        engine.ingest(channel, Document(text, f"Story {n}", SourceKind.MESSAGE, "", "Ana", "", f"m{n}"))
+    asyncio.run(engine.rebuild(channel))
+    stats = engine.stats(channel)
+    channel_store = engine.store.channel(channel)
+    summaries = [node for layer in stats.nodes_per_layer if layer > 0
+                 for node in channel_store.list_layer(stats.version, layer, 1000)]
+    spanning = {node.id for node in summaries if len(node.source_ids) > 1}
+    assert spanning and len(spanning) < len(summaries) and stats.outdated_summaries == 0
+
+    engine.ingest(channel, Document(third, "Story 2", SourceKind.MESSAGE, "", "Ana", "", "m2"))
+    assert engine.stats(channel).outdated_summaries == len(spanning)  # those over one story stay true of it
+    citations = asyncio.run(engine.answer(channel, "Summarize these stories.")).citations
+    marked = {c.node_id for c in citations if c.outdated_by}
+    assert marked and marked <= spanning
+    assert all(c.outdated_by == "Story 2" and c.outdated_by_addition for c in citations if c.node_id in marked)
+    assert all(not c.outdated_by for c in citations if c.node_id not in spanning)
+
+    asyncio.run(engine.rebuild(channel))
+    assert engine.stats(channel).outdated_summaries == 0
+    assert not any(c.outdated_by for c in asyncio.run(engine.answer(channel, "Summarize these stories.")).citations)
