@@ -44,11 +44,13 @@ from raptor_engine import (
     ExtractiveSettings,
     ExtractiveSummarizer,
     HuggingFaceTokenCounter,
+    ProviderError,
     RetrievalMode,
     RetrievalSettings,
     SentenceTransformerEmbedder,
     SpendingLimits,
     Summarizer,
+    SupportJudge,
     TokenCounter,
     default_model_path,
     use_numba_cache_dir as use_cache_dir,
@@ -200,14 +202,31 @@ def build_engine(config: Config, *, clusters_soon: bool = False, guard: BuildGua
         from raptor_engine import prestart_clustering  # imported only where a worker is wanted
 
         prestart_clustering()
+    judge: SupportJudge | None = None
     if config.llm.base_url:
-        embedder, counter, summarizer, answerer = _with_language_model(config, settings, clusters_soon)
+        embedder, counter, summarizer, answerer, judge = _with_language_model(config, settings, clusters_soon)
     else:
         embedder, counter = _local_embedder(config, clusters_soon)
         summarizer = ExtractiveSummarizer(counter, settings.summary_tokens)
         answerer = ExtractiveAnswerer(embedder, ExtractiveSettings(summary_chars=config.retrieval.summary_chars))
+    if config.answers.judge == "nli":
+        judge = nli_judge(config.answers.nli_model)
     return Engine(store, embedder, counter, summarizer, answerer, settings,
-                  build_guard=guard or build_guard(config), threads=threads)
+                  build_guard=guard or build_guard(config), threads=threads, judge=judge)
+
+
+def nli_judge(directory: str) -> SupportJudge:
+    """The local NLI model of ``answers.nli_model`` as the support judge. Raises ``ConfigError``
+    naming the directory when it holds no NLI model (said at start, not at the first answer)."""
+    from raptor_engine import NliJudge  # torch's cross-encoder, loaded only where configured
+
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"answers.nli_model: {path} is not a directory holding an NLI model")
+    try:
+        return NliJudge(path)
+    except ProviderError as error:
+        raise ConfigError(f"answers.nli_model: {error}") from error
 
 
 def _local_embedder(config: Config, clusters_soon: bool) -> tuple[Embedder, TokenCounter]:
@@ -224,11 +243,13 @@ def _local_embedder(config: Config, clusters_soon: bool) -> tuple[Embedder, Toke
     return local, local.token_counter()
 
 
-def _with_language_model(config: Config, settings: EngineSettings,
-                         clusters_soon: bool) -> tuple[Embedder, TokenCounter, Summarizer, Answerer]:
-    """The endpoint's summariser and answerer, and its embedder where ``embedder.provider`` is
-    ``api``. The OpenAI client is imported only here: the offline defaults never load it."""
-    from raptor_engine import LLMAnswerer, LLMClient, LLMSummarizer, OpenAIEmbedder
+def _with_language_model(
+    config: Config, settings: EngineSettings, clusters_soon: bool
+) -> tuple[Embedder, TokenCounter, Summarizer, Answerer, SupportJudge | None]:
+    """The endpoint's summariser and answerer, its embedder where ``embedder.provider`` is
+    ``api``, and its support judge where ``answers.judge`` is ``model``. The OpenAI client is
+    imported only here: the offline defaults never load it."""
+    from raptor_engine import LLMAnswerer, LLMClient, LLMSummarizer, ModelJudge, OpenAIEmbedder
 
     llm = llm_settings(config)
     client = LLMClient(llm)
@@ -238,7 +259,8 @@ def _with_language_model(config: Config, settings: EngineSettings,
         counter: TokenCounter = HuggingFaceTokenCounter.from_model_dir(default_model_path())
     else:
         embedder, counter = _local_embedder(config, clusters_soon)
-    return embedder, counter, LLMSummarizer(client, counter, llm), LLMAnswerer(client, llm)
+    judge = ModelJudge(client, llm) if config.answers.judge == "model" else None
+    return embedder, counter, LLMSummarizer(client, counter, llm), LLMAnswerer(client, llm), judge
 
 
 def build_guard(config: Config) -> BuildGuard | None:

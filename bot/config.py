@@ -287,6 +287,12 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _model_judge_has_an_endpoint(self) -> Config:
+        if self.answers.judge == "model" and not self.llm.base_url:
+            raise ValueError("answers.judge asks the llm endpoint to judge, which needs llm.base_url")
+        return self
+
+    @model_validator(mode="after")
     def _api_embedder_has_an_endpoint(self) -> Config:
         if self.embedder.provider == "api" and not (self.llm.base_url and self.embedder.model):
             raise ValueError("embedder.provider 'api' needs llm.base_url and embedder.model")

@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
     "NodeView": "types", "Hit": "types", "Citation": "types", "Answer": "types", "BuildReport": "types",
     "TreeStats": "types", "RetrievalMode": "types", "AnswerRecord": "types",
     # the parts an engine is composed of
-    "Answerer": "protocols", "AnswerStream": "protocols", "StreamingAnswerer": "protocols", "BuildGuard": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
+    "Answerer": "protocols", "SupportJudge": "protocols", "NliJudge": "nli_judge", "ModelJudge": "llm", "JudgeFailed": "errors", "AnswerStream": "protocols", "StreamingAnswerer": "protocols", "BuildGuard": "protocols", "Embedder": "protocols", "Summarizer": "protocols", "TokenCounter": "protocols",
     "SentenceTransformerEmbedder": "embedding", "HuggingFaceTokenCounter": "tokens",
     "default_model_path": "tokens", "ExtractiveSummarizer": "summarizing", "ExtractiveAnswerer": "answering",
     "ExtractiveSettings": "answering", "quote": "answering",
@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "errors", "ModelTimeout": "errors",
 }
 __all__ = [
-    "Answer", "AnswerRecord", "AnswerStream", "Answerer", "BuildBusy", "BuildError", "BuildHeldBack", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
+    "Answer", "AnswerRecord", "AnswerStream", "Answerer", "JudgeFailed", "ModelJudge", "NliJudge", "SupportJudge", "BuildBusy", "BuildError", "BuildHeldBack", "BuildSuperseded", "BuildProgress", "BuildReport", "ChannelError", "ChannelKey",
     "BuildGuard", "ChromaStore", "Citation", "ClusteringSettings", "Document", "DocumentRejected", "Embedder", "Engine",
     "EngineSettings", "ExtractiveAnswerer", "ExtractiveSettings", "ExtractiveSummarizer", "GateCheck", "Hit",
     "HuggingFaceTokenCounter", "IngestResult", "LLMAnswerer", "LLMClient", "LLMSettings", "LLMSummarizer",

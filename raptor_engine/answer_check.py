@@ -22,10 +22,16 @@ The measure is lexical and needs no model: a sentence's content words are the in
 of them occur in the texts of the nodes it cites (the node's own text and, for a summary, the
 excerpts beneath it). A paraphrase keeps most of its nouns and numbers; a statement from
 nowhere keeps few. An answer that was not found, or cites nothing, is returned unchanged.
+
+A :class:`~raptor_engine.protocols.SupportJudge` (the configured model, or a local NLI model)
+may decide instead, for every claim that cites something, in one call per answer. When it
+fails (``JudgeFailed``: a model that times out or returns junk), the lexical measure decides,
+and the failure is logged: the answer is never held up by its check.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -34,8 +40,12 @@ from dataclasses import dataclass, replace
 from raptor_engine import defaults
 from raptor_engine.answering import QUOTE_CHARS, quote
 from raptor_engine.chunking import split_sentences
+from raptor_engine.errors import JudgeFailed
 from raptor_engine.lexical import stem, terms
+from raptor_engine.protocols import SupportJudge
 from raptor_engine.types import Answer, Citation
+
+log = logging.getLogger(__name__)
 
 MIN_CLAIM_WORDS = 3  # shorter sentences ("In short:", "Yes.") state nothing to check
 SUPPORT_THRESHOLD = defaults.SUPPORT_THRESHOLD  # the share of a sentence's words its cited nodes must hold
@@ -78,13 +88,15 @@ class Claim:
 
 
 def check_answer(
-    answer: Answer, evidence: Mapping[str, Evidence], question: str = "", threshold: float = SUPPORT_THRESHOLD
+    answer: Answer, evidence: Mapping[str, Evidence], question: str = "", threshold: float = SUPPORT_THRESHOLD,
+    judge: SupportJudge | None = None,
 ) -> Answer:
     """``answer`` with verified quotes and its unsupported sentences; see the module docstring.
 
     ``evidence`` maps a cited node's id to its :class:`Evidence` (a node missing from it
     quotes nothing and supports nothing). ``question`` stands in for the sentences of a
     citation no sentence names (the fallback citations of an answer that cited nothing).
+    ``judge``, when given, decides whether the cited passages support each claim.
     """
     if not answer.found or not answer.citations:
         return answer
@@ -93,11 +105,35 @@ def check_answer(
     quoted = [_quoted(citation, claims, evidence.get(citation.node_id), question) for citation in answer.citations]
     unverified = sum(1 for citation in quoted if not citation.quote)
     cites_any = any(claim.numbers for claim in claims)
-    unsupported = tuple(
-        claim.text for claim in claims
-        if is_claim(claim) and cites_any and not _supported(claim, by_number, evidence, threshold)
-    )
+    checked = [claim for claim in claims if is_claim(claim) and cites_any]
+    cited = {claim.text: _cited_texts(claim, by_number, evidence) for claim in checked}
+    verdicts = _judged(judge, checked, cited, threshold)
+    unsupported = tuple(claim.text for claim, supported in zip(checked, verdicts) if not supported)
     return replace(answer, citations=tuple(quoted), unsupported=unsupported, unverified_quotes=unverified)
+
+
+def _judged(judge: SupportJudge | None, claims: Sequence[Claim], cited: Mapping[str, Sequence[str]],
+            threshold: float) -> list[bool]:
+    """Whether each claim is supported by its ``cited`` texts: by ``judge`` when there is one
+    and it decides, else by the lexical measure. A claim whose citations lead to no text is
+    unsupported either way, and never sent to the judge."""
+    lexical = [bool(cited[c.text]) and support(c.text, cited[c.text]) >= threshold for c in claims]
+    asked = [(i, c) for i, c in enumerate(claims) if cited[c.text]]
+    if judge is None or not asked:
+        return lexical
+    try:
+        verdicts = judge.supported([(_MARKERS.sub("", c.text).strip(), cited[c.text]) for _, c in asked])
+    except JudgeFailed as error:
+        log.warning("the support judge %s failed, the lexical measure decides: %s", judge.identity, error)
+        return lexical
+    if len(verdicts) != len(asked):  # a judge breaking its contract is not trusted with any of them
+        log.warning("the support judge %s gave %d verdicts for %d claims, the lexical measure decides",
+                    judge.identity, len(verdicts), len(asked))
+        return lexical
+    decided = [False] * len(claims)
+    for (i, _), verdict in zip(asked, verdicts):
+        decided[i] = verdict
+    return decided
 
 
 def answer_claims(text: str) -> list[Claim]:
@@ -200,11 +236,10 @@ def _best_sentence(wanted: set[str], texts: Sequence[str]) -> tuple[int, int, in
     return best
 
 
-def _supported(claim: Claim, by_number: Mapping[int, Citation], evidence: Mapping[str, Evidence],
-               threshold: float) -> bool:
-    texts = [text for number in claim.numbers if number in by_number
-             for text in _support_texts(evidence.get(by_number[number].node_id))]
-    return bool(texts) and support(claim.text, texts) >= threshold
+def _cited_texts(claim: Claim, by_number: Mapping[int, Citation], evidence: Mapping[str, Evidence]) -> list[str]:
+    """The texts of the nodes ``claim`` cites (a summary's own and the excerpts beneath it)."""
+    return [text for number in claim.numbers if number in by_number
+            for text in _support_texts(evidence.get(by_number[number].node_id))]
 
 
 def _support_texts(evidence: Evidence | None) -> tuple[str, ...]:

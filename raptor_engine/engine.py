@@ -42,7 +42,15 @@ from raptor_engine.kept_answers import KeptAnswers
 from raptor_engine.loaders import DEFAULT_MAX_BYTES, DEFAULT_MAX_TEXT_CHARS, load_bytes, load_file
 from raptor_engine.loaders.common import default_title
 from raptor_engine.metering import SpendingLimits
-from raptor_engine.protocols import Answerer, AnswerStream, BuildGuard, Embedder, Summarizer, TokenCounter
+from raptor_engine.protocols import (
+    Answerer,
+    AnswerStream,
+    BuildGuard,
+    Embedder,
+    Summarizer,
+    SupportJudge,
+    TokenCounter,
+)
 from raptor_engine.questions import Questions
 from raptor_engine.rebuild_pipeline import BuildSettings, RebuildPipeline
 from raptor_engine.regression_gate import GateCheck, approved_questions, check_tree
@@ -101,8 +109,11 @@ class Engine:
         settings: EngineSettings = EngineSettings(),
         build_guard: BuildGuard | None = None,
         threads: Executor | None = None,
+        judge: SupportJudge | None = None,
     ) -> None:
         """``build_guard``, where given, is held around every rebuild (see :class:`BuildGuard`).
+        ``judge``, where given, decides whether an answer's sentences are supported by what
+        they cite, in place of the lexical measure (see ``answer_check.py``).
         ``threads`` runs the blocking steps of ``answer`` and ``answer_stream`` and whatever
         :meth:`in_threads` is given (None: the running event loop's default executor); a caller
         bounds it to bound what a store that stops answering can hold."""
@@ -132,7 +143,7 @@ class Engine:
             build_guard=build_guard,
         )
         self._questions = Questions(self._writers, embedder, answerer, self._indexes, self._gate, self._leaf_profile,
-                                    settings.retrieval, settings.support_threshold, threads)
+                                    settings.retrieval, settings.support_threshold, threads, judge)
         self._kept = KeptAnswers(self._writers)
 
     @property

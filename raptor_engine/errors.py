@@ -135,6 +135,11 @@ class ProviderError(RaptorError):
     """An embedder, summariser or answerer failed to produce its output."""
 
 
+class JudgeFailed(RaptorError):
+    """A support judge (a model or an NLI model asked whether passages support a statement)
+    could not decide; the lexical measure decides instead."""
+
+
 class StoreError(RaptorError):
     """The Chroma store failed while reading or writing."""
 

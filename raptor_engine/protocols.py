@@ -164,3 +164,18 @@ class BuildGuard(Protocol):
         holder was paused), so a builder that was cut off never switches the served tree
         afterwards (fencing). Guards whose hold cannot be lost do nothing."""
         ...
+
+
+@runtime_checkable
+class SupportJudge(Protocol):
+    """Decides whether cited passages support an answer's statements, in place of the
+    lexical measure of ``answer_check.py``."""
+
+    @property
+    def identity(self) -> str: ...
+
+    def supported(self, claims: Sequence[tuple[str, Sequence[str]]]) -> list[bool]:
+        """For each ``(statement, passages)``, whether the passages support the statement, in
+        order. Blocking (the answer check runs in a worker thread). Raises ``JudgeFailed``
+        when it cannot decide (the caller then falls back to the lexical measure)."""
+        ...

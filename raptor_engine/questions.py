@@ -26,7 +26,7 @@ from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.background import ForegroundGate
 from raptor_engine.channel_writers import ChannelWriters
 from raptor_engine.errors import ChannelError, NoMaterial
-from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer
+from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer, SupportJudge
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, TreeState
@@ -50,10 +50,12 @@ class Questions:
         settings: RetrievalSettings,
         support_threshold: float = SUPPORT_THRESHOLD,
         threads: Executor | None = None,
+        judge: SupportJudge | None = None,
     ) -> None:
         """``writers`` opens a channel's store (and drops one a question finds empty);
         ``settings`` are used when a call gives none; ``support_threshold`` is the share of a
-        sentence's words its cited nodes must hold; ``threads`` runs the blocking steps of
+        sentence's words its cited nodes must hold (``judge``, where given, decides
+        instead); ``threads`` runs the blocking steps of
         ``answer`` and ``answer_stream`` (None: the running loop's default executor)."""
         self._writers = writers
         self._embedder = embedder
@@ -64,6 +66,7 @@ class Questions:
         self._settings = settings
         self._support_threshold = support_threshold
         self._threads = threads
+        self._judge = judge
 
     @property
     def streams(self) -> bool:
@@ -106,7 +109,7 @@ class Questions:
         if not answer.found or not answer.citations:
             return answer
         evidence = cited_evidence(found.channel, found.state, answer)
-        checked = check_answer(answer, evidence, question, self._support_threshold)
+        checked = check_answer(answer, evidence, question, self._support_threshold, self._judge)
         changed = set(found.state.replaced.values()) if found.state else set()
         return dated(checked, found.sources, changed, added_since(found.state, found.sources))
 

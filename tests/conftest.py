@@ -27,6 +27,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
 from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
+from raptor_engine.protocols import SupportJudge  # noqa: E402
 from raptor_engine.reclaim import chroma_command  # noqa: E402
 from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
@@ -99,15 +100,15 @@ def store(tmp_path: Path) -> ChromaStore:
 
 
 def make_engine(store: ChromaStore, embedder: SentenceTransformerEmbedder, settings: EngineSettings = EngineSettings(),
-                threads: Executor | None = None) -> Engine:
+                threads: Executor | None = None, judge: SupportJudge | None = None) -> Engine:
     """An engine on the offline defaults, sharing the session's loaded model (its calls on
-    ``threads``, as ``Engine`` takes them)."""
+    ``threads``, its answers' support judged by ``judge``, as ``Engine`` takes them)."""
     from raptor_engine.answering import ExtractiveAnswerer
     from raptor_engine.summarizing import ExtractiveSummarizer
 
     counter = embedder.token_counter()
     return Engine(store, embedder, counter, ExtractiveSummarizer(counter, settings.summary_tokens),
-                  ExtractiveAnswerer(embedder), settings, threads=threads)
+                  ExtractiveAnswerer(embedder), settings, threads=threads, judge=judge)
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ On top of it:
   not take instructions from;
 * :class:`LLMAnswerer` (:mod:`.answerer`) answers from numbered sources and
   checks the ``[n]`` citations it gets back;
-* :class:`OpenAIEmbedder` (:mod:`.embedder`) embeds through ``/v1/embeddings``.
+* :class:`OpenAIEmbedder` (:mod:`.embedder`) embeds through ``/v1/embeddings``;
+* :class:`ModelJudge` (:mod:`.judge`) asks whether cited passages support an answer's sentences.
 
 The requests and their metering live in :mod:`.client`, with its settings in
 :mod:`.settings`; retries and the errors of failed calls in :mod:`.retries`, the
@@ -23,6 +24,7 @@ imported from its submodule.
 from raptor_engine.llm.answerer import NO_CITATION_WARNING, LLMAnswerer
 from raptor_engine.llm.client import LLMClient
 from raptor_engine.llm.embedder import OpenAIEmbedder
+from raptor_engine.llm.judge import ModelJudge
 from raptor_engine.llm.settings import LLMSettings
 from raptor_engine.llm.summarizer import SUMMARY_SYSTEM, LLMSummarizer
 
@@ -33,5 +35,6 @@ __all__ = [
     "LLMClient",
     "LLMSettings",
     "LLMSummarizer",
+    "ModelJudge",
     "OpenAIEmbedder",
 ]

@@ -181,3 +181,26 @@ def load_config_text(text: str) -> Config:
         path = Path(folder) / "c.yaml"
         path.write_text(text)
         return load_config(path)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("answers:\n  judge: nli\n", "answers.judge 'nli' needs answers.nli_model"),
+    ("answers:\n  nli_model: /models/nli\n", "answers.nli_model is used only with answers.judge: nli"),
+    ("answers:\n  judge: model\n", "answers.judge asks the llm endpoint to judge, which needs llm.base_url"),
+    ("answers:\n  judge: oracle\n", r"answers\.judge"),
+])
+def test_a_support_judge_needs_what_it_judges_with(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=problem):
+        load_config(path)
+
+
+def test_an_nli_model_directory_that_is_not_one_is_said_at_start(tmp_path: Path) -> None:
+    from bot.composition import nli_judge
+
+    with pytest.raises(ConfigError, match="is not a directory holding an NLI model"):
+        nli_judge(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="answers.nli_model: cannot load the NLI model"):
+        nli_judge(str(tmp_path / "empty"))

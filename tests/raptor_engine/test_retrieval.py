@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
+from raptor_engine import retrieval
 from raptor_engine.engine import Engine
 from raptor_engine.lexical import LexicalIndex, count_terms, joined
-from raptor_engine import retrieval
 from raptor_engine.retrieval import OVERVIEW_GIST, RetrievalSettings, cost, fill_budget
 from raptor_engine.scope import ScopeKind, assess, summary_map
 from raptor_engine.types import ChannelKey, Hit, Node
