@@ -31,6 +31,7 @@ from raptor_engine.protocols import SupportJudge  # noqa: E402
 from raptor_engine.reclaim import chroma_command  # noqa: E402
 from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
+from testkit.openai_stub import OpenAIStub, running_stub  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # `make test-fast` leaves out the "heavy" tests: those using these fixtures (the embedding
@@ -196,3 +197,11 @@ def traces(store: ChromaStore, needles: Sequence[str]) -> list[str]:
             text = " ".join((record_id, document or "", json.dumps(metadata or {}))).lower()
             found += [f"{name}/{record_id}: {needle}" for needle in needles if needle in text]
     return found
+
+
+@pytest.fixture
+def stub() -> Iterator[OpenAIStub]:
+    """The OpenAI-compatible stand-in on 127.0.0.1 (32-dimensional embeddings, the default
+    answer), stopped after the test. Modules that need another answer override it."""
+    with running_stub(dimension=32) as server:
+        yield server

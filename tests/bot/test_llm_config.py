@@ -5,20 +5,13 @@ openai client)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.cli import main
-from testkit.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub
 from tests.conftest import SAMPLE
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -6,7 +6,6 @@ made to cite wrongly, answered whole and streamed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings
 from raptor_engine.store import ChromaStore
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node
-from testkit.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub
 from tests.conftest import SAMPLE
 
 HANDBOOK_QUESTION = "What happens when the on-call engineer cannot be reached?"
@@ -124,12 +123,6 @@ def test_an_answer_that_found_nothing_is_left_alone() -> None:
 
 
 # -- the engine, real Chroma ----------------------------------------------------------
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 def handbook(engine: Engine, channel: ChannelKey, build: bool = True) -> None:

@@ -5,26 +5,16 @@ real ``openai`` client, records every text it was asked to embed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from raptor_engine.answering import ExtractiveAnswerer
 from raptor_engine.engine import Engine
 from raptor_engine.llm import LLMClient, LLMSettings, OpenAIEmbedder
 from raptor_engine.store import ChromaStore
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document, SourceKind
-from testkit.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub
 
 PARAGRAPHS = [f"Paragraph {n} of the runbook: the service on port {7000 + n} restarts when its health check "
               f"fails three times, and the on-call engineer of team {n} is paged after ten minutes." for n in range(12)]
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 def embedded_texts(stub: OpenAIStub) -> list[str]:

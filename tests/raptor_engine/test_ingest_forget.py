@@ -24,7 +24,7 @@ from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import SEGMENT_CHARS, ChromaStore, SourceState, channel_digest
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.types import ChannelKey, Document
-from testkit.openai_stub import Behaviour, OpenAIStub, running_stub
+from testkit.openai_stub import Behaviour, OpenAIStub
 from tests.conftest import make_engine, traces
 
 RARE_WORDS = ("quillorbant", "zephyrine", "marrowfield", "snorkelwick")
@@ -104,12 +104,6 @@ def in_thread(work: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 # ------------------------------------------------------------------------------ atomic ingest
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 @pytest.fixture

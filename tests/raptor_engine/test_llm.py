@@ -34,7 +34,7 @@ from raptor_engine.llm import (
     OpenAIEmbedder,
 )
 from raptor_engine.types import Hit, Node
-from testkit.openai_stub import Behaviour, OpenAIStub, running_stub, stub_vector
+from testkit.openai_stub import Behaviour, OpenAIStub, stub_vector
 
 API_KEY = "sk-test-0123456789-very-secret"
 INSTRUCTION = "Write a summary of the following, including as many key details as possible:"
@@ -50,12 +50,6 @@ class WordCounter:
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [self.count(t) for t in texts]
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 @pytest.fixture

@@ -17,18 +17,12 @@ from raptor_engine.llm import LLMClient, LLMSettings, LLMSummarizer, OpenAIEmbed
 from raptor_engine.metering import SpendingLimits
 from raptor_engine.store import ChromaStore
 from raptor_engine.types import BuildReport, ChannelKey, Document
-from testkit.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub
 from tests.conftest import SAMPLE, quality_articles
 
 MakeEngine = Callable[..., Engine]
 GARDEN = ("Tomatoes are planted in May after the last frost. The community garden opens at seven. "
           "Watering happens in the evening, and the compost is turned every Sunday by volunteers. ") * 6
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 @pytest.fixture

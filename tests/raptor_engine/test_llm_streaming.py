@@ -23,7 +23,7 @@ from raptor_engine.errors import ModelBadResponse, ModelRequestRejected, ModelUn
 from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings
 from raptor_engine.llm.answerer import StreamedText, answer_from_reply
 from raptor_engine.types import Answer, Hit, Node
-from testkit.openai_stub import Behaviour, OpenAIStub, running_stub, stream_tokens
+from testkit.openai_stub import Behaviour, OpenAIStub, stream_tokens
 
 REPLIES = [
     "The launch is planned for March [1], after the review [99].",
@@ -40,12 +40,6 @@ REPLIES = [
     "[3] opens, then [99] [1]\n\n- a list [2]\n",
     "NOT FOUNDATION is a word [1].",
 ]
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub() as server:
-        yield server
 
 
 @pytest.fixture

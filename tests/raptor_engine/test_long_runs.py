@@ -34,7 +34,7 @@ from raptor_engine.tokens import (
     HuggingFaceTokenCounter,
 )
 from raptor_engine.types import ChannelKey, Chunk, Document, Hit, Node
-from testkit.openai_stub import OpenAIStub, running_stub
+from testkit.openai_stub import OpenAIStub
 
 BLOB = random.Random(11).randbytes(50_000).hex()  # 100,000 characters without a space
 PROSE = ("The backup runs nightly at two in the morning. Restores are tested every quarter by the "
@@ -118,12 +118,6 @@ def test_extractive_summary_of_a_stale_blob_leaf_is_cut(counter: HuggingFaceToke
 
 
 # ---------------------------------------------------------------- language-model summaries
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 @pytest.fixture

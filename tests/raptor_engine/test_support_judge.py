@@ -20,7 +20,7 @@ from raptor_engine.errors import JudgeFailed, ProviderError
 from raptor_engine.llm import LLMClient, LLMSettings, ModelJudge
 from raptor_engine.nli_judge import NliJudge
 from raptor_engine.types import ChannelKey
-from testkit.openai_stub import Behaviour, OpenAIStub, running_stub
+from testkit.openai_stub import Behaviour, OpenAIStub
 from tests.conftest import SAMPLE, make_engine
 from tests.raptor_engine.test_answer_check import answered, leaf
 
@@ -29,12 +29,6 @@ SUPPORTED = "One engineer is on call each week, from Monday to Monday. [1]"  # t
 INVENTED = "The on-call engineer earns a bonus of two hundred euros. [1]"  # they do not
 ANSWER = f"{SUPPORTED} {INVENTED}"
 EVIDENCE = {"a": Evidence(ONCALL.text)}
-
-
-@pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    with running_stub(dimension=32) as server:
-        yield server
 
 
 @pytest.fixture
