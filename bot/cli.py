@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(several processes: needs coordination.redis_url and chroma.host)")
     command("ingest", "add files to a channel").add_argument("files", nargs="+", type=Path)
     command("rebuild", "build the channel's tree from its sources").add_argument(
-        "--force", action="store_true", help="serve the new tree even if the regression gate would hold it back")
+        "--force", action="store_true", help="rebuild even when nothing changed, and serve the new tree even if the regression gate "
+                                      "would hold it back")
     command("check", "ask the channel's approved questions (👍 answers, corrections) of its tree: "
                      "which still find their sources among the first 5 hits")
     command("ask", "answer a question with citations").add_argument("question")
@@ -172,6 +173,10 @@ def _run(args: argparse.Namespace, config: Config, stdin: TextIO, stdout: TextIO
     if args.command == "ingest":
         return _ingest(engine, channel, args.files, stdout)
     if args.command == "rebuild":
+        version = 0 if args.force else engine.unchanged_since(channel)
+        if version:  # nothing to build: said, and nothing written
+            print(replies.unchanged_text(version, CLI_FORCE), file=stdout)
+            return 0
         try:
             print(replies.report_text(_rebuild(engine, channel, args.force)), file=stdout)
         except BuildHeldBack as held:

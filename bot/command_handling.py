@@ -90,13 +90,17 @@ class CommandHandling:
             # Said now rather than by the scheduler later, and without using up a rebuild of the hour.
             await send(Reply(ReplyKind.ERROR, replies.NO_MATERIAL, thread=command.thread))
             return
+        force = command.argument.strip().lower() in FORCE_WORDS
+        version = 0 if force else await self._engine.unchanged_since(key)
+        if version:  # said at once, writing nothing, and without using up a rebuild of the hour
+            await self._info(send, command, replies.unchanged_text(version))
+            return
         limit = self._config.bot.rate_limits_for(str(key)).rebuilds_per_channel_per_hour
         wait = await self._limiter.try_acquire(key, limit=limit)
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.rebuild_limit_text(limit, wait), thread=command.thread))
             return
         address = ReplyAddress(key, command.thread)
-        force = command.argument.strip().lower() in FORCE_WORDS
         result = await self._scheduler.request(key, command.person.label, send, address, force)
         # A queued request is announced by the scheduler itself (it says so through ``send``).
         if result is RequestResult.STARTED:

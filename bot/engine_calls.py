@@ -94,6 +94,9 @@ class AsyncEngine:
     async def stats(self, key: ChannelKey) -> TreeStats:
         return await self.engine.in_threads(self.engine.stats, key)
 
+    async def unchanged_since(self, key: ChannelKey) -> int:
+        return await self.engine.in_threads(self.engine.unchanged_since, key)
+
     async def node(self, key: ChannelKey, node_id: str) -> NodeView:
         return await self.engine.in_threads(self.engine.node, key, node_id)
 

@@ -81,12 +81,13 @@ from bot.texts.tree import (
     report_text,
     stats_text,
     status_text,
+    unchanged_text,
 )
 from bot.texts.words import MEGABYTE, SHORT_ID, count, in_time, megabytes, short_id, when
 
 __all__ = [
     "CHANGED_ANSWER", "changed_answer_notice", "changed_note", "replaced_text",
-    "EMPTY_QUESTION", "FILE_TYPES", "FORCE_COMMAND", "UNSUPPORTED_NOTE", "approved_text", "check_text", "held_back_text", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING", "SHARED_CHANNEL",
+    "EMPTY_QUESTION", "FILE_TYPES", "FORCE_COMMAND", "unchanged_text", "UNSUPPORTED_NOTE", "approved_text", "check_text", "held_back_text", "MEGABYTE", "NO_MATERIAL", "REBUILD_ENQUEUED", "REBUILD_INTERRUPTED", "REBUILD_QUEUED_BEHIND", "REBUILD_STARTED", "REBUILDS_WAIT", "SESSION_ENDED", "SESSION_STARTING", "SHARED_CHANNEL",
     "SHORT_ID", "serving_text",
     "added_text", "answer_reply", "answer_text", "broke_off_text", "ask_your_own_text", "citation_line", "citation_view", "cited_text",
     "count", "demo_question_text",

@@ -401,6 +401,17 @@ class Engine:
         channel = self._channel(key)
         return tree_stats(key, channel, lambda state: self._indexes.tree(key, channel, state).summaries.spanning())
 
+    def unchanged_since(self, key: ChannelKey) -> int:
+        """The served tree's version when a rebuild now would build it again: no source added,
+        changed or removed since, and built the way this engine builds (embedding model, chunk
+        size, summariser, clustering). 0 otherwise, or before the first build. Reads the source
+        list and the served state only: no model, no clustering."""
+        channel = self._channel(key)
+        state = channel.live_state()
+        if state is None or state.recipe != self._rebuilds.recipe:
+            return 0
+        return state.version if tree_stats(key, channel).pending_sources == 0 else 0
+
     def node(self, key: ChannelKey, node_id: str) -> NodeView:
         """A node of the served tree with its children and parents. Raises ``NodeNotFound``."""
         return node_view(self._channel(key), node_id)

@@ -102,6 +102,7 @@ class RebuildPipeline:
         # model embedding it is left to tell one cache from another.
         self._summary_profile = profile_digest(embedder.model_id)
         self._regression_gate = RegressionGate(embedder, settings.retrieval)
+        self.recipe = profile_digest(ingests.leaf_profile, summarizer.identity, repr(settings.clustering))
 
     async def rebuild(self, key: ChannelKey, progress: ProgressCallback | None = None, force: bool = False) -> BuildReport:
         """Builds a new tree of the channel and serves it if it passes the regression gate (or
@@ -181,7 +182,10 @@ class RebuildPipeline:
         """The built tree, the state now served, how many leaves were embedded now and the
         regression gate's verdict; each stage's seconds go into ``stages``."""
         served = channel.live_state()
-        served_leaves = await asyncio.to_thread(leaves_per_source, channel, served)
+        # Its leaves are what this build should hold only if it was cut the same way (another
+        # chunk size cuts another number of excerpts): else the ingest's counts stand.
+        comparable = served if served is not None and served.recipe == self.recipe else None
+        served_leaves = await asyncio.to_thread(leaves_per_source, channel, comparable)
         groups, embedded = await self._leaves(key, channel, sources, stages)
         cut = Counter({nodes[0].source_ids[0]: len(nodes) for nodes, _ in groups if nodes})
         expected = expected_leaves(served_leaves, [(source.id, cut[source.id]) for source in sources])
@@ -253,6 +257,7 @@ class RebuildPipeline:
                 embedder_id=self._embedder.model_id,
                 source_ids=tuple(s.id for s in sources),
                 nodes_per_layer=built.nodes_per_layer(),
+                recipe=self.recipe,
             )
             verdict = self._regression_gate.verdict(channel, state, served, expected,
                                                     built.nodes_per_layer().get(0, 0), force)

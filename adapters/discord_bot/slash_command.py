@@ -44,7 +44,7 @@ def command_group(client: InteractionHandling, name: str) -> app_commands.Group:
         await client.run_command(interaction, commands.ASK, question)
 
     @group.command(name=commands.REBUILD, description=_help(commands.REBUILD))
-    @app_commands.describe(force="Serve the new tree even if the check of approved questions would hold it back")
+    @app_commands.describe(force="Rebuild even if nothing changed; serve it even if the approved-question check would hold it back")
     async def rebuild(interaction: discord.Interaction, force: bool = False) -> None:
         await client.run_command(interaction, commands.REBUILD, "force" if force else "")
 

@@ -180,6 +180,13 @@ def approved_text(found: int, total: int) -> str:
     return f"{found:,} of {count(total, 'approved question')} {verb} sources"
 
 
+def unchanged_text(version: int, force: str = FORCE_COMMAND) -> str:
+    """A rebuild asked for with nothing to do: the served tree is what it would build (``force``:
+    the command that rebuilds anyway where this is read)."""
+    return (f"Nothing changed since tree v{version}: no source was added, changed or removed, and the "
+            f"settings are the same. Nothing was rebuilt; `{force}` rebuilds anyway.")
+
+
 def held_back_text(reason: str, force: str = FORCE_COMMAND, check: str = "check") -> str:
     """A rebuild the regression gate held back: why, and how to serve it anyway (``force``, the
     command that does it where this is read; ``check``, the one listing the questions)."""

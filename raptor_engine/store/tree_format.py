@@ -42,6 +42,9 @@ class TreeState:
     # Summaries of this build kept when a source under them was replaced, because they quote none
     # of the text it lost: shown marked "may be outdated" until the next rebuild.
     outdated: int = 0
+    # What the build was made with (embedding model, chunk size, summariser, clustering): a digest
+    # to tell whether a rebuild with nothing changed would build the same tree. "" before it was kept.
+    recipe: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,7 @@ def state_metadata(state: TreeState, previous: TreePlace | None) -> dict[str, An
         "forgotten": state.forgotten,
         "replaced": json.dumps(state.replaced, sort_keys=True),
         "outdated": state.outdated,
+        "recipe": state.recipe,
         "slot": state.slot,
         "tag": state.tag,
         # One JSON field, never left out: Chroma's upsert merges metadata keys.
@@ -130,6 +134,7 @@ def state_from(meta: dict[str, Any]) -> TreeState:
         forgotten=int(meta["forgotten"]),
         replaced={str(k): str(v) for k, v in json.loads(str(meta["replaced"])).items()},
         outdated=int(meta.get("outdated") or 0),  # states written before it was counted hold none
+        recipe=str(meta.get("recipe") or ""),  # nor a recipe: such a tree is always rebuilt
         slot=int(meta["slot"]),
         tag=str(meta["tag"]),
     )

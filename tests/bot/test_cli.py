@@ -49,6 +49,26 @@ def test_ingest_rebuild_ask_inspect(tmp_path: Path) -> None:
     assert code == 0 and "aurora" in out.lower()
 
 
+def test_a_rebuild_with_nothing_changed_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    """Issue 31: the served tree is what a rebuild would build (same sources, same settings):
+    no new version is written; ``--force`` rebuilds anyway; a new source or another chunk size
+    makes a rebuild worth its while again."""
+    data = str(tmp_path / "data")
+    run("--data-dir", data, "ingest", "--channel", "c", str(SAMPLE))
+    assert "Rebuilt: tree v1" in run("--data-dir", data, "rebuild", "--channel", "c")[1]
+    code, out = run("--data-dir", data, "rebuild", "--channel", "c")
+    assert code == 0 and "Nothing changed since tree v1" in out and "`rebuild --force` rebuilds anyway" in out
+    assert "tree v1" in run("--data-dir", data, "inspect", "--channel", "c")[1]
+    assert "Rebuilt: tree v2" in run("--data-dir", data, "rebuild", "--channel", "c", "--force")[1]
+    config = tmp_path / "chunks.yaml"
+    config.write_text("chunking:\n  tokens: 60\n")
+    assert "Rebuilt: tree v3" in run("--config", str(config), "--data-dir", data, "rebuild", "--channel", "c")[1]
+    extra = tmp_path / "extra.md"
+    extra.write_text("# Release train\n\nThe release train leaves every Thursday at noon from the main branch.\n")
+    run("--data-dir", data, "ingest", "--channel", "c", str(extra))
+    assert "Rebuilt: tree v4" in run("--data-dir", data, "rebuild", "--channel", "c")[1]
+
+
 def test_retrieve_json_shape_and_stdin_mode(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
     run("--data-dir", data, "ingest", "--channel", "c", str(SAMPLE))

@@ -126,6 +126,30 @@ def test_only_admins_rebuild_and_forget(engine: Engine, channel: ChannelKey, tmp
     run(engine, make_config(tmp_path, channel), channel, body)
 
 
+def test_a_rebuild_with_nothing_changed_is_said_at_once_and_costs_no_rebuild_of_the_hour(
+    engine: Engine, channel: ChannelKey, tmp_path: Path
+) -> None:
+    """Issue 31: with one rebuild an hour allowed, asking twice more with nothing changed says so
+    each time, writes nothing, and leaves the hour's rebuild for `rebuild force`."""
+    async def body(s: Session) -> None:
+        await s.do(s.pin(NOTE, "m1"))
+        assert engine.unchanged_since(channel) == 0  # never built
+        engine.ingest(channel, Document(OTHER_NOTE, "Other", SourceKind.MESSAGE, "", "Ana", "", "m2"))
+        await engine.rebuild(channel)
+        for _ in range(2):
+            said = await s.do(s.command(ADMIN, "rebuild"))
+            assert said.kind is ReplyKind.INFO and said.text.startswith("Nothing changed since tree v1")
+            assert "`rebuild force` rebuilds anyway" in said.text
+        assert engine.stats(channel).version == 1
+        started = await s.do(s.command(ADMIN, "rebuild", "force"))
+        assert started.text == replies.REBUILD_STARTED
+        await s.scheduler.wait_idle(channel)
+        assert s.sent[-1].text.startswith("Rebuilt: tree v2")
+
+    config = make_config(tmp_path, channel, rate_limits=RateLimitConfig(rebuilds_per_channel_per_hour=1))
+    run(engine, config, channel, body)
+
+
 def test_may_manage_and_parse_command(channel: ChannelKey) -> None:
     config = BotConfig(admins=["A"], channels={str(channel): ChannelConfig(admins=["C"])})
     assert may_manage(Person("A"), channel, config) and may_manage(Person("C"), channel, config)
