@@ -172,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = len(articles[0].text.split())
         steps.append(run_step("ingest 1 article", data_dir, "ingest", "--channel", "paper", str(paper)))
         steps.append(run_step("rebuild 1 article, empty numba cache", data_dir, "rebuild", "--channel", "paper"))
-        steps.append(run_step("rebuild 1 article", data_dir, "rebuild", "--channel", "paper"))
+        steps.append(run_step("rebuild 1 article", data_dir, "rebuild", "--channel", "paper",
+                                  "--force"))  # the same article: force, or nothing is rebuilt
         steps.append(run_step(f"ingest {len(paths)} articles", data_dir, "ingest", "--channel", "all",
                               *map(str, paths)))
         steps.append(run_step(f"rebuild {len(paths)} articles", data_dir, "rebuild", "--channel", "all"))

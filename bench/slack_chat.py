@@ -168,7 +168,8 @@ async def run_mode(engine: Engine, directory: Path, mode: str, asked: Sequence[t
                 await ask(slack, bot, *cycle[0])  # warm-up (first auth.test, first answer), not counted
                 idle = await ask_many(slack, bot, cycle[:questions], wave)
                 with Stopwatch() as rebuild:
-                    command = await slack.slash(REBUILD_CHANNEL, ADMIN, "rebuild")
+                    # force: the channel built in an earlier mode has not changed since
+                    command = await slack.slash(REBUILD_CHANNEL, ADMIN, "rebuild force")
                     while not (await bot.scheduler.status(key_of(REBUILD_CHANNEL))).running:
                         await asyncio.sleep(0.01)  # the rebuild to start
                     busy = await ask_many(slack, bot, cycle[questions:], wave)
