@@ -8,7 +8,7 @@ and the real chat handler and scheduler, never engine shortcuts:
 
 * **questions** round-robin over the four channels, one every
   ``--question-pause-s`` seconds (the channels' own articles' questions);
-* **rebuilds** cycling through the channels: ``/rebuild`` in one, wait for its
+* **rebuilds** cycling through the channels: ``/rebuild force`` in one, wait for its
   result, the next one; four rebuilds make a *cycle*;
 * **churn**, one action every ``--churn-s`` seconds on the next channel in turn:
   pin a note, unpin the oldest note (at most :data:`MAX_LIVE_PINS` stay),
@@ -420,7 +420,8 @@ class Soak:
         running when the time is up, but only once ``warm_cycles`` + ``min_cycles`` cycles ended."""
         while self._time_left() or not self._enough_cycles():
             for plan in self.plans:
-                await plan.channel.handle_line("/rebuild")
+                # force: a channel the other loops left unchanged would otherwise rebuild nothing
+                await plan.channel.handle_line("/rebuild force")
                 await self.bot.scheduler.wait_idle(plan.channel.key)
                 self.tally.rebuilds += 1
                 if not self._time_left() and self._enough_cycles():
