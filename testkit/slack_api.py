@@ -16,7 +16,9 @@ adapter meets:
   time it arrived;
 * **message limits as Slack enforces them**: over 50 blocks, a section or
   context text over 3,000 characters, markdown blocks over 12,000 characters
-  together, a duplicate block id, oversized buttons → ``invalid_blocks``; a
+  together, a duplicate block id, oversized buttons, a malformed ``context_actions``
+  block (Slack's native ``feedback_buttons``, also in ``chat.stopStream``'s ``blocks``)
+  → ``invalid_blocks``; a
   ``text`` over 40,000 characters → ``msg_too_long``;
 * **file downloads** (``/files-pri/...``): the bytes for the bot token, and,
   like Slack, a 200 *HTML sign-in page* for any other token;
@@ -35,7 +37,7 @@ adapter meets:
 It keeps a small workspace (users, the messages of each conversation,
 files) so that what the bot posts can be read back by ``conversations.replies``
 as on Slack. The helpers ``user_says``, ``share_file``, ``pin``, ``unpin``,
-``slash``, ``click`` and ``submit_view`` do what a person does and deliver the events Slack
+``slash``, ``click``, ``click_feedback`` (the native 👍/👎) and ``submit_view`` do what a person does and deliver the events Slack
 would send for it, over the socket or over HTTP (:attr:`SlackStandIn.mode`).
 
 Nothing here reaches beyond 127.0.0.1.
@@ -432,7 +434,8 @@ class SlackStandIn:
 
     def _m_chat_stopStream(self, params: dict[str, Any]) -> dict[str, Any]:
         found, problem = self._streaming_message(params)
-        if found is None:
+        problem = problem or stop_blocks_problem(params)
+        if found is None or problem:
             return {"ok": False, "error": problem}
         found["text"] += _stream_text(params)
         found["streaming"] = False
@@ -911,6 +914,13 @@ class SlackStandIn:
 
     async def click(self, channel: str, user: str, message: Mapping[str, Any], action_id: str, value: str) -> Delivery:
         """A person clicks a button (``action_id``, ``value``) of a message the bot posted."""
+        return await self._block_action(channel, user, message, {
+            "type": "button", "action_id": action_id, "block_id": "b", "value": value,
+            "action_ts": self.next_ts(), "text": {"type": "plain_text", "text": "x"}})
+
+    async def _block_action(self, channel: str, user: str, message: Mapping[str, Any],
+                            action: Mapping[str, Any]) -> Delivery:
+        """The ``block_actions`` payload Slack sends when ``user`` acts (``action``) on ``message``."""
         container: dict[str, Any] = {"type": "message", "message_ts": message["ts"], "channel_id": channel,
                                      "is_ephemeral": False}
         if message.get("thread_ts"):
@@ -924,10 +934,29 @@ class SlackStandIn:
             "channel": {"id": channel, "name": channel.lower()},
             "message": dict(message),
             "response_url": f"{self.root}/respond/{next(self._counter)}",
-            "actions": [{"type": "button", "action_id": action_id, "block_id": "b", "value": value,
-                         "action_ts": self.next_ts(), "text": {"type": "plain_text", "text": "x"}}],
+            "actions": [dict(action)],
         }
         return await self.deliver_form("interactive", {"payload": json.dumps(payload)})
+
+    # -- native feedback (issue 30, point 3): a click on a message's feedback_buttons element --
+
+    async def click_feedback(self, channel: str, user: str, message: Mapping[str, Any], up: bool) -> Delivery:
+        """``user`` clicks the 👍 (``up``) or 👎 of the ``feedback_buttons`` element in ``message``
+        (as Slack keeps it, e.g. from :meth:`message`); raises LookupError when it has none.
+
+        The action is shaped as bolt-js types a feedback buttons action (``FeedbackButtonsAction``
+        in src/types/actions/block-action.ts, docs.slack.dev/tools/bolt-js/reference/interfaces/
+        FeedbackButtonsAction: ``type: "feedback_buttons"``, ``action_id``, ``block_id``,
+        ``action_ts``, and the clicked button's ``value`` and ``text``), in the usual
+        ``block_actions`` envelope; Slack's Bolt for Python assistant template
+        (slack-samples/bolt-python-assistant-template, listeners/actions/actions.py) reads the
+        clicked button from ``body["actions"][0]["value"]`` and the answer from ``body["message"]``."""
+        block, element = feedback_element(message)
+        button = element["positive_button" if up else "negative_button"]
+        return await self._block_action(channel, user, message, {
+            "type": "feedback_buttons", "action_id": element.get("action_id", ""),
+            "block_id": block.get("block_id", ""), "action_ts": self.next_ts(),
+            "value": button["value"], "text": button["text"]})
 
     async def submit_view(
         self, user: str, view: Mapping[str, Any], values: Mapping[str, Mapping[str, str]], *,
@@ -1062,7 +1091,67 @@ def _block_ok(block: dict[str, Any]) -> bool:
                 and all(_button_ok(e) for e in elements) and len(set(action_ids)) == len(action_ids))
     if kind == "markdown":  # standard Markdown as a plain string; the limit is per message
         return isinstance(block.get("text"), str) and bool(block["text"])
+    if kind == "context_actions":
+        return context_actions_ok(block)
     return kind in ("divider", "header", "image")
+
+
+# -- native feedback (issue 30, point 3): the context_actions block and its feedback_buttons --
+# Shapes from Slack's reference (docs.slack.dev/reference/block-kit/blocks/context-actions-block and
+# .../block-elements/feedback-buttons-element) and slack_sdk's models and tests
+# (slack_sdk/models/blocks: ContextActionsBlock, FeedbackButtonsElement, FeedbackButtonObject;
+# tests/slack_sdk_async/web/test_async_chat_stream.py stops a stream with such a block).
+
+MAX_CONTEXT_ACTIONS = 5  # elements of a context_actions block
+MAX_ACTION_ID = 255
+
+
+def context_actions_ok(block: Mapping[str, Any]) -> bool:
+    """Whether Slack accepts a ``context_actions`` block: 1-5 elements, each a valid
+    ``feedback_buttons`` (an ``icon_button`` needs its icon and text)."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 0 < len(elements) <= MAX_CONTEXT_ACTIONS:
+        return False
+    return all(_feedback_buttons_ok(e) or _icon_button_ok(e) for e in elements)
+
+
+def _feedback_buttons_ok(element: Any) -> bool:
+    if not isinstance(element, dict) or element.get("type") != "feedback_buttons":
+        return False
+    if len(str(element.get("action_id", ""))) > MAX_ACTION_ID:
+        return False
+    return all(_feedback_button_ok(element.get(side)) for side in ("positive_button", "negative_button"))
+
+
+def _feedback_button_ok(button: Any) -> bool:
+    """A feedback button: plain_text of 1-75 characters, a value of 1-2,000."""
+    if not isinstance(button, dict):
+        return False
+    text, value = button.get("text"), button.get("value")
+    return (isinstance(text, dict) and text.get("type") == "plain_text"
+            and 0 < len(str(text.get("text", ""))) <= MAX_BUTTON_TEXT
+            and isinstance(value, str) and 0 < len(value) <= MAX_BUTTON_VALUE)
+
+
+def _icon_button_ok(element: Any) -> bool:
+    return isinstance(element, dict) and element.get("type") == "icon_button" and bool(element.get("icon")) \
+        and _text_ok(element.get("text"))
+
+
+def stop_blocks_problem(params: Mapping[str, Any]) -> str:
+    """Slack's error for the ``blocks`` of ``chat.stopStream`` (checked as a message's), or empty."""
+    blocks = params.get("blocks")
+    return message_problem({"blocks": blocks}) if blocks else ""
+
+
+def feedback_element(message: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``context_actions`` block of ``message`` and its ``feedback_buttons`` element; LookupError if none."""
+    for block in message.get("blocks") or ():
+        if isinstance(block, dict) and block.get("type") == "context_actions":
+            for element in block.get("elements") or ():
+                if isinstance(element, dict) and element.get("type") == "feedback_buttons":
+                    return block, element
+    raise LookupError(f"message {message.get('ts')} has no feedback_buttons element")
 
 
 async def _params(request: web.Request) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 :func:`render_reply` returns one or more :class:`SlackMessage` (``text`` and
 ``blocks``), to be posted in order. An answer is its text, then its numbered
 sources (each an excerpt or a summary with its layer, linked, with a short
-quote, and for a summary a button that opens its children), then 👍/👎
-buttons carrying the answer id. Other replies are text sections (an error
+quote, and for a summary a button that opens its children), then Slack's native
+feedback element (``feedback_buttons`` in a ``context_actions`` block, built with
+slack_sdk's own models) whose 👍/👎 carry the answer id (:func:`feedback_blocks` is
+that block alone, which ends a streamed answer). Other replies are text sections (an error
 with a warning sign and its reference, progress as a quiet context line).
 
 The answer's own text (the model's or the extractive answer's, standard
@@ -42,15 +44,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slack_sdk.models.blocks import ContextActionsBlock, FeedbackButtonObject, FeedbackButtonsElement
+
 from adapters.markdown_text import fitting, split_markdown
 from adapters.slack.threads import SOURCES_HEADING
 from adapters.slack.translate import (
+    ACTION_FEEDBACK,
     ACTION_NODE,
-    ACTION_VOTE_DOWN,
-    ACTION_VOTE_UP,
     ANSWER_BLOCK,
     QUESTION_BLOCK,
     WORKING_REACTION,
+    vote_value,
 )
 from adapters.untrusted_text import unmask_links
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
@@ -67,6 +71,7 @@ BUTTON_VALUE_LIMIT = 2000
 TITLE_CHARS = 150  # a citation's title is cut to this...
 QUOTE_CHARS = 300  # ...and its quote to this, so a citation always fits one section
 MAX_LINK_CHARS = 1000  # a longer link is left out rather than risk the section's limit
+FEEDBACK_BLOCK = "raptor_feedback"  # the block id of an answer's 👍/👎 (one of threads.ANSWER_MARKS)
 
 Block = dict[str, Any]
 
@@ -220,15 +225,24 @@ def _citation_part(citation: CitationView) -> _Part:
 
 
 def _feedback_part(answer_id: str) -> _Part:
-    block: Block = {
-        "type": "actions",
-        "block_id": "raptor_feedback",
-        "elements": [
-            _button("👍 Helpful", ACTION_VOTE_UP, answer_id),
-            _button("👎 Not helpful", ACTION_VOTE_DOWN, answer_id),
-        ],
-    }
-    return _Part(block, "")
+    """Slack's native 👍/👎 under an answer. Its block id keeps the ``raptor_feedback`` mark
+    by which :mod:`adapters.slack.threads` knows an answer."""
+    element = FeedbackButtonsElement(
+        action_id=ACTION_FEEDBACK,
+        positive_button=FeedbackButtonObject(text="Helpful", accessibility_label="This answer helped",
+                                             value=vote_value(answer_id, up=True)),
+        negative_button=FeedbackButtonObject(text="Not helpful", accessibility_label="This answer did not help",
+                                             value=vote_value(answer_id, up=False)),
+    )
+    return _Part(ContextActionsBlock(block_id=FEEDBACK_BLOCK, elements=[element]).to_dict(), "")
+
+
+def feedback_blocks(reply: Reply) -> list[Block]:
+    """The native feedback element a streamed answer ends with (the blocks of ``chat.stopStream``):
+    one block for an answer kept for votes and seen by everyone; none for any other reply."""
+    if reply.kind is not ReplyKind.ANSWER or not reply.answer_id or reply.private:
+        return []
+    return [_feedback_part(reply.answer_id).block]
 
 
 def _markdown_parts(text: str) -> list[_Part]:

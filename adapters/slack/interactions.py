@@ -9,6 +9,13 @@ person, whom Slack names by id only (the adapter looks them up, then calls
 :meth:`Click.event`). A 👎 is a :class:`Vote` like a 👍, and also opens the feedback form
 (:attr:`Click.form_answer` tells which answer; the form itself is
 :mod:`adapters.slack.feedback_form`).
+
+Answers carry Slack's native feedback element (``feedback_buttons``, action id
+:data:`ACTION_FEEDBACK`): both its buttons share that action id, so each one's value says
+which it is and on which answer (:func:`vote_value`). A click on it is read as the 👍 or
+👎 button it stands for (:data:`ACTION_VOTE_UP`, :data:`ACTION_VOTE_DOWN`, the value the
+answer id), which are still read themselves: answers posted before the native element
+keep their buttons.
 """
 
 from __future__ import annotations
@@ -22,7 +29,24 @@ from bot.neutral import Command, Person, Vote
 ACTION_NODE = "raptor_node"  # button on a summary citation: its value is the node id
 ACTION_VOTE_UP = "raptor_vote_up"  # feedback buttons: their value is the answer id
 ACTION_VOTE_DOWN = "raptor_vote_down"
+ACTION_FEEDBACK = "raptor_feedback_buttons"  # the native feedback element: its values are vote_value()s
 ACTION_PREFIX = "raptor_"  # every action id of ours starts so (the app listens to this prefix)
+
+
+_VOTE_WORDS = {"up": ACTION_VOTE_UP, "down": ACTION_VOTE_DOWN}  # a native button's value: "<word>:<answer id>"
+
+
+def vote_value(answer_id: str, up: bool) -> str:
+    """The value of the native feedback element's 👍 (``up``) or 👎 button on the answer ``answer_id``."""
+    return f"{'up' if up else 'down'}:{answer_id}"
+
+
+def _native_vote(value: str) -> tuple[str, str]:
+    """The button (:data:`ACTION_VOTE_UP` or :data:`ACTION_VOTE_DOWN`) and the answer id a native
+    feedback button's ``value`` stands for; two empty strings for any other value."""
+    word, _, answer_id = value.partition(":")
+    action_id, answer_id = _VOTE_WORDS.get(word, ""), answer_id.strip()
+    return (action_id, answer_id) if action_id and answer_id else ("", "")
 
 
 def slash_origin(body: Payload, team: str) -> Origin:
@@ -67,14 +91,17 @@ class Click:
 
 def read_click(body: Payload, team: str) -> Click | None:
     """The click on one of our buttons in a ``block_actions`` payload, in the installing
-    workspace ``team``; None for anything else (another app's action, a button without a
-    value, a click nowhere)."""
+    workspace ``team`` (a click on the native feedback element as the 👍 or 👎 button it
+    stands for); None for anything else (another app's action, a button without a value,
+    a click nowhere)."""
     origin = action_origin(body, team)
     if not origin.channel:
         return None
     for raw in as_list(body.get("actions")):
         action = as_mapping(raw)
         action_id, value = as_text(action.get("action_id")), as_text(action.get("value")).strip()
+        if action_id == ACTION_FEEDBACK:  # the native element: its value names the button and the answer
+            action_id, value = _native_vote(value)
         if value and action_id in (ACTION_NODE, ACTION_VOTE_UP, ACTION_VOTE_DOWN):
             return Click(origin, action_id, value, as_text(body.get("response_url")), as_text(body.get("trigger_id")))
     return None

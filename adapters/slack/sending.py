@@ -13,7 +13,9 @@ an update is skipped (the next carries all the text) and the next one waits the 
 out. At the end the stream is stopped and the message replaced by the reply exactly as
 :meth:`~adapters.slack.outbox.Outbox.deliver` renders it (a ``ratelimited`` replacement
 is retried after its delay); should that fail, the whole reply is posted anew and the
-draft removed, so no text is lost.
+draft removed, so no text is lost. An answer's stream is stopped with its native 👍/👎
+(the ``blocks`` of ``chat.stopStream``, :func:`~adapters.slack.blocks.feedback_blocks`);
+the reply that replaces it carries them too, so they show once.
 
 What a draft shows is the answer's text made safe as a finished reply's is (see
 :mod:`adapters.slack.blocks`): links unmasked, then ``<`` escaped in a stream or the
@@ -31,7 +33,7 @@ from collections.abc import Callable
 
 from slack_sdk.errors import SlackApiError
 
-from adapters.slack.blocks import SlackMessage, escape, markdown_text, render_reply
+from adapters.slack.blocks import SlackMessage, escape, feedback_blocks, markdown_text, render_reply
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.web import TRANSPORT_ERRORS, error_code, in_thread
 from adapters.untrusted_text import unmask_links
@@ -165,11 +167,13 @@ class SlackDraft:
         self._streamed_text = text
 
     async def _stop_stream(self, reply: Reply) -> None:
-        """Stops the stream, with the rest of an answer's text (the stream itself ends complete)."""
+        """Stops the stream, with the rest of an answer's text and its native 👍/👎 (the stream
+        itself ends complete, and can be voted on)."""
         shown, whole = self._streamed_text, streamed_text(reply.text)
         rest = whole[len(shown):] if reply.kind is ReplyKind.ANSWER and whole.startswith(shown) else ""
         try:
-            await self._client.chat_stopStream(channel=self._target.channel, ts=self._ts, markdown_text=rest or None)
+            await self._client.chat_stopStream(channel=self._target.channel, ts=self._ts, markdown_text=rest or None,
+                                               blocks=feedback_blocks(reply) or None)
         except SlackApiError as exc:  # the update below replaces the text all the same
             log.info("stopping the answer stream %s in %s failed (%s)", self._ts, self._target.channel, error_code(exc))
 

@@ -6,7 +6,7 @@ Contract: an answer of the bot is known from ``conversations.replies`` alone, st
 ``block_id`` starts with :data:`ANSWER_BLOCK`, followed by its sources and 👍/👎 buttons
 (:data:`ANSWER_MARKS`). Slack documents that it ignores a markdown block's ``block_id`` and
 may hand the block back translated into others, so an answer is also known by those
-section and actions blocks, which keep their ids; its text is then read from the message's
+section and context_actions (👍/👎) blocks, which keep their ids; its text is then read from the message's
 ``text`` (the plain fallback the bot always sends), up to the sources' heading. Messages
 are ordered by ``ts`` whatever order Slack lists them in.
 """

@@ -14,7 +14,8 @@ re-exported here unchanged:
 * :mod:`adapters.slack.threads` — reading a thread: whether the bot answered there
   (:data:`ANSWER_BLOCK`), a follow-up's context, a pinned thread;
 * :mod:`adapters.slack.interactions` — slash commands and button clicks
-  (:func:`command`, :func:`read_click` into a :class:`Click`);
+  (:func:`command`, :func:`read_click` into a :class:`Click`; :func:`vote_value` for the
+  native feedback element's buttons);
 * :mod:`adapters.slack.feedback_form` — the form a 👎 opens (:func:`feedback_view`) and its
   submission (:func:`submission`, :func:`feedback`);
 * :mod:`adapters.slack.files` — :class:`SlackFile`, :func:`upload`, Slack's sign-in page;
@@ -45,6 +46,7 @@ from adapters.slack.failures import api_failure_text, download_failure_text, pos
 from adapters.slack.feedback_form import CALLBACK_FEEDBACK, Submission, feedback, feedback_view, submission
 from adapters.slack.files import LOGIN_PAGE_PROBLEM, SlackFile, is_login_page, slack_file, upload
 from adapters.slack.interactions import (
+    ACTION_FEEDBACK,
     ACTION_NODE,
     ACTION_PREFIX,
     ACTION_VOTE_DOWN,
@@ -54,6 +56,7 @@ from adapters.slack.interactions import (
     command,
     read_click,
     slash_origin,
+    vote_value,
 )
 from adapters.slack.payload import (
     PLATFORM,
@@ -79,12 +82,12 @@ from adapters.slack.threads import (
 )
 
 __all__ = [
-    "ACTION_NODE", "ACTION_PREFIX", "CALLBACK_FEEDBACK", "ACTION_VOTE_DOWN", "ACTION_VOTE_UP", "ANSWER_BLOCK", "LOGIN_PAGE_PROBLEM",
+    "ACTION_FEEDBACK", "ACTION_NODE", "ACTION_PREFIX", "CALLBACK_FEEDBACK", "ACTION_VOTE_DOWN", "ACTION_VOTE_UP", "ANSWER_BLOCK", "LOGIN_PAGE_PROBLEM",
     "MAX_CONTEXT_MESSAGES", "PLATFORM", "QUESTION_BLOCK", "WORKING_REACTION",
     "Arrival", "Asked", "BotIdentity", "Click", "FileNotice", "FilesShared", "FollowUp", "Ignored", "Origin", "Payload",
     "Pinned", "SlackFile", "Submission", "Unpinned",
     "action_origin", "api_failure_text", "bot_answered", "channel_key", "classify_event", "command",
     "context_text", "download_failure_text", "feedback", "feedback_view", "is_bot_message", "is_login_page", "mentions", "message_external_id",
     "person_from_user", "pin", "pinned_thread", "plain_text", "posting_failure_text", "question", "read_click",
-    "slack_file", "slash_origin", "submission", "thread_context", "unpin", "upload",
+    "slack_file", "slash_origin", "submission", "thread_context", "unpin", "upload", "vote_value",
 ]

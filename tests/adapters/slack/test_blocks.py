@@ -19,7 +19,7 @@ from adapters.slack.blocks import (
     SECTION_TEXT_LIMIT,
     SlackMessage,
 )
-from adapters.slack.translate import ACTION_NODE, ACTION_VOTE_DOWN, ACTION_VOTE_UP
+from adapters.slack.translate import ACTION_FEEDBACK, ACTION_NODE
 from bot.neutral import CitationKind, CitationView, Reply, ReplyKind
 from testkit.slack_api import message_problem
 
@@ -59,11 +59,11 @@ def test_an_answer_with_its_sources_and_feedback() -> None:
     assert "accessory" not in first
     assert second["text"]["text"].startswith("*[2]* Handbook · _summary, layer 2_")
     assert second["accessory"]["action_id"] == ACTION_NODE and second["accessory"]["value"] == "s2.bb"
-    feedback = message.blocks[-1]
-    assert feedback["type"] == "actions"
-    assert [(e["action_id"], e["value"]) for e in feedback["elements"]] == [
-        (ACTION_VOTE_UP, "ans123"), (ACTION_VOTE_DOWN, "ans123")
-    ]
+    feedback = message.blocks[-1]  # Slack's native 👍/👎 (tests/adapters/slack/test_native_feedback.py)
+    assert feedback["type"] == "context_actions"
+    [element] = feedback["elements"]
+    assert (element["action_id"], element["positive_button"]["value"], element["negative_button"]["value"]) == (
+        ACTION_FEEDBACK, "up:ans123", "down:ans123")
     assert ":warning: Partly answered." in mrkdwn_texts(message)
     assert message.text.startswith("Engineers carry the pager [1] &amp; escalate") and "[2] Handbook (summary, layer 2)" in message.text
 
@@ -114,8 +114,8 @@ def test_a_long_answer_is_split_within_slacks_limits() -> None:
     assert " ".join(" ".join(answer).split()) == " ".join(reply.text.replace("<", "&lt;").split())
     sources = [b["block_id"] for m in messages for b in m.blocks if b.get("block_id", "").startswith("raptor_source_")]
     assert sources == [f"raptor_source_{n}" for n in range(1, 71)]
-    assert [m.blocks[-1]["type"] for m in messages][-1] == "actions"  # feedback once, at the very end
-    assert sum(1 for m in messages for b in m.blocks if b["type"] == "actions") == 1
+    assert [m.blocks[-1]["type"] for m in messages][-1] == "context_actions"  # feedback once, at the very end
+    assert sum(1 for m in messages for b in m.blocks if b["type"] == "context_actions") == 1
 
 
 def test_many_short_blocks_and_an_empty_reply() -> None:

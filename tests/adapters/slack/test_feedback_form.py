@@ -29,7 +29,6 @@ from adapters.slack.feedback_form import (
     submission,
 )
 from adapters.slack.payload import Origin
-from adapters.slack.translate import ACTION_VOTE_DOWN
 from bot.neutral import Feedback, Person
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
@@ -55,19 +54,20 @@ RIGHT = "The on-call engineer answers pages within 15 minutes and owns every pro
 
 async def ask(slack: SlackStandIn, user: str, text: str = ON_CALL) -> tuple[dict[str, Any], dict[str, Any], str]:
     """``user`` mentions the bot with ``text``: the question's message, the answer as Slack keeps it
-    (what a click carries), and the answer's id (the value of its feedback buttons)."""
+    (what a click carries), and the answer's id (named in the values of its native 👍/👎)."""
     asked, _ = await slack.user_says(CHANNEL, user, f"<@{BOT_USER}> {text}")
     [answer] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
-    [buttons] = [b for b in answer["blocks"] if b["type"] == "actions"]
+    [feedback] = [b for b in answer["blocks"] if b["type"] == "context_actions"]
     posted = next(m for m in slack.messages[CHANNEL] if m.get("thread_ts") == asked["ts"] and m["user"] == BOT_USER)
-    return asked, posted, str(buttons["elements"][0]["value"])
+    return asked, posted, str(feedback["elements"][0]["negative_button"]["value"]).removeprefix("down:")
 
 
 async def open_form(slack: SlackStandIn, user: str, posted: dict[str, Any], answer_id: str) -> dict[str, Any]:
     """``user`` clicks 👎 on the answer; the modal it opened (checked to have arrived within
     the trigger's 3 s, and the click acknowledged within Slack's limit)."""
     before = len(slack.opened_views())
-    delivery = await slack.click(CHANNEL, user, posted, ACTION_VOTE_DOWN, answer_id)
+    delivery = await slack.click_feedback(CHANNEL, user, posted, up=False)
+    assert answer_id in json.dumps(posted["blocks"])
     assert delivery.status == 200 and delivery.seconds < ACK_LIMIT_S
     await slack.wait_until(lambda: len(slack.opened_views()) > before, timeout=ACK_LIMIT_S, what="the feedback form")
     call = slack.calls_of("views.open")[-1]

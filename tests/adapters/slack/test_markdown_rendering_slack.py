@@ -63,7 +63,7 @@ def test_a_markdown_block_carries_a_table_and_the_quotes_stay_escaped() -> None:
     [source] = [b for b in message.blocks if b.get("block_id") == "raptor_source_1"]
     assert source["type"] == "section" and source["text"]["type"] == "mrkdwn"
     assert source["text"]["text"].endswith(">Use *stars* &amp; &lt;pipes&gt; | here # not a heading")
-    assert message.blocks[-1]["type"] == "actions"
+    assert message.blocks[-1]["type"] == "context_actions"  # Slack's native 👍/👎
     assert message.text.startswith("## On call") and "&lt;" not in markdown["text"]
 
 
@@ -84,7 +84,7 @@ def test_a_long_answer_is_split_into_messages_at_paragraphs_and_never_inside_cod
     assert any(TABLE in piece for piece in pieces)  # the table moved whole to one message
     joined = "\n".join(pieces).replace("```\n```python\n", "")  # the reopening undone
     assert " ".join(joined.split()) == " ".join(text.replace("<", "&lt;").split())  # "<" is never Slack's syntax
-    assert sum(1 for m in messages for b in m.blocks if b["type"] == "actions") == 1  # buttons once, at the end
+    assert sum(1 for m in messages for b in m.blocks if b["type"] == "context_actions") == 1  # 👍/👎 once, at the end
 
 
 def test_a_code_block_that_fits_moves_whole_to_the_next_message() -> None:
