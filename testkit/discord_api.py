@@ -380,6 +380,26 @@ def interaction_payload(application_id: str, kind: int, channel: Mapping[str, An
     return payload
 
 
+# -- message commands (context menus on a message) -----------------------------------------
+
+
+MESSAGE_COMMAND = 3  # an application command's type: CHAT_INPUT 1, USER 2, MESSAGE 3
+
+
+def message_command_data(name: str, target: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` of a message command ``name`` run on the message ``target`` (a message payload).
+
+    Shape from Discord's "Interaction Object > Application Command Data Structure" and "Resolved
+    Data Structure" (docs.discord.com/developers/interactions/receiving-and-responding): ``type`` 3
+    (MESSAGE), ``target_id`` the message's id, and the whole message under
+    ``resolved.messages[<id>]``, content included (Discord sends it there without the Message
+    Content intent). discord.py reads it so in ``app_commands.Namespace._get_resolved_items``
+    (``resolved['messages']``) and ``CommandTree._call_context_menu`` (``data['target_id']``)."""
+    message_id = str(target["id"])
+    return {"id": snowflake(), "name": name, "type": MESSAGE_COMMAND, "target_id": message_id,
+            "resolved": {"messages": {message_id: dict(target)}}}
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -828,6 +848,12 @@ class FakeDiscord:
         kind = 4 if focused else 2
         return await self._interact(channel_id, member, kind, slash_data(command, subcommand, options, focused))
 
+    async def message_command(self, message: Mapping[str, Any], member: Mapping[str, Any], name: str) -> Interaction:
+        """``member`` runs the message command ``name`` on ``message`` (right-click, Apps): an
+        APPLICATION_COMMAND interaction (type 2) in the message's channel carrying the message
+        itself (see :func:`message_command_data`), so the bot needs no fetch of it."""
+        return await self._interact(str(message["channel_id"]), member, 2, message_command_data(name, message))
+
     async def click(self, message: Mapping[str, Any], member: Mapping[str, Any], custom_id: str) -> Interaction:
         """``member`` presses the button ``custom_id`` of a message the bot sent."""
         return await self._interact(str(message["channel_id"]), member, 3, button_data(custom_id), message)
@@ -1104,7 +1130,9 @@ class FakeDiscord:
 
     async def _put_commands(self, call: Call) -> web.Response:
         self.commands = [
-            {**command, "id": snowflake(), "application_id": self.application_id, "version": snowflake()}
+            # Discord answers "" for a MESSAGE or USER command's description (they have none).
+            {"description": "", **command, "id": snowflake(), "application_id": self.application_id,
+             "version": snowflake()}
             for command in call.body or []
         ]
         return _json(self.commands)
