@@ -84,7 +84,7 @@ class InteractionHandling(ClientCore):
             if not self.scope.allows(place):
                 await _refuse_here(interaction)
                 return
-            send = InteractionSend(self, interaction)
+            send = InteractionSend(self, interaction, components_v2=self.settings.components_v2)
             if not await send.defer(thinking=True, ephemeral=False):
                 return
             self._count_ack(interaction)
