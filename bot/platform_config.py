@@ -67,6 +67,9 @@ class DiscordConfig(_Section):
     library_channels: list[str] = []
     reply_in_thread: bool = False
     command: str = "raptor"
+    # An answer that fits (4,000 characters with its sources) is one Components v2 message;
+    # false, or when Discord refuses it, answers are embeds as before.
+    components_v2: bool = True
     # discord.py reconnects when the gateway has sent nothing (heartbeat ACKs included) for this
     # long. Discord ACKs a heartbeat every ~41 s, so below that an idle guild would look dead.
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, le=600)

@@ -380,6 +380,99 @@ def interaction_payload(application_id: str, kind: int, channel: Mapping[str, An
     return payload
 
 
+# -- message commands (context menus on a message) -----------------------------------------
+
+
+MESSAGE_COMMAND = 3  # an application command's type: CHAT_INPUT 1, USER 2, MESSAGE 3
+
+
+def message_command_data(name: str, target: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` of a message command ``name`` run on the message ``target`` (a message payload).
+
+    Shape from Discord's "Interaction Object > Application Command Data Structure" and "Resolved
+    Data Structure" (docs.discord.com/developers/interactions/receiving-and-responding): ``type`` 3
+    (MESSAGE), ``target_id`` the message's id, and the whole message under
+    ``resolved.messages[<id>]``, content included (Discord sends it there without the Message
+    Content intent). discord.py reads it so in ``app_commands.Namespace._get_resolved_items``
+    (``resolved['messages']``) and ``CommandTree._call_context_menu`` (``data['target_id']``)."""
+    message_id = str(target["id"])
+    return {"id": snowflake(), "name": name, "type": MESSAGE_COMMAND, "target_id": message_id,
+            "resolved": {"messages": {message_id: dict(target)}}}
+
+
+# -- Components v2 (answers as one message) -------------------------------------------------
+#
+# From Discord's docs (docs.discord.com/developers/components, "Using Message Components" and
+# the component reference; resources/message "Message Flags" and "Edit Message"): a message sent
+# with the flag IS_COMPONENTS_V2 (1 << 15) has no ``content`` nor ``embeds``, up to 40 components
+# in all (nested ones included), and at most 4,000 characters of text over all of them; an edit
+# may set the flag (never unset it) when ``content`` is null and ``embeds`` empty. Component types
+# as discord.py 2.7 sends them (``discord.enums.ComponentType``): 1 action row, 2 button, 10 text
+# display, 14 separator, 17 container; discord.py sets the flag itself for a ``LayoutView``
+# (``http.handle_message_parameters``).
+
+IS_COMPONENTS_V2 = 1 << 15
+V2_TEXT_LIMIT = 4000
+V2_COMPONENTS_LIMIT = 40
+TEXT_DISPLAY = 10
+
+
+def is_components_v2(body: Mapping[str, Any]) -> bool:
+    return bool(int(body.get("flags") or 0) & IS_COMPONENTS_V2)
+
+
+def all_components(components: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every component, nested ones included (a section's accessory too), depth first."""
+    found: list[Mapping[str, Any]] = []
+    for component in components:
+        found.append(component)
+        found += all_components(component.get("components") or [])
+        if component.get("accessory"):
+            found += all_components([component["accessory"]])
+    return found
+
+
+def layout_text(message: Mapping[str, Any]) -> str:
+    """What a person reads in a Components v2 message: its text displays, in order."""
+    return "\n".join(c.get("content") or "" for c in all_components(message.get("components") or [])
+                     if c.get("type") == TEXT_DISPLAY)
+
+
+def layout_custom_ids(message: Mapping[str, Any]) -> list[str]:
+    """The custom ids of a Components v2 message's buttons, in order."""
+    return [c["custom_id"] for c in all_components(message.get("components") or []) if c.get("custom_id")]
+
+
+def _form_error(field: str, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return 400, {"code": 50035, "message": "Invalid Form Body",
+                 "errors": {field: {"_errors": [{"code": code, "message": message}]}}}
+
+
+def components_v2_errors(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """Discord's answer to a Components v2 message it refuses (legacy fields, over its limits),
+    as (status, error body); None if valid."""
+    if body.get("content") or body.get("embeds"):
+        field = "content" if body.get("content") else "embeds"
+        return _form_error(field, "MESSAGE_CANNOT_USE_LEGACY_FIELDS_WITH_COMPONENTS_V2",
+                           f"The '{field}' field cannot be used when using MessageFlags.IS_COMPONENTS_V2")
+    components = all_components(body.get("components") or [])
+    if not components:
+        return _form_error("components", "BASE_TYPE_REQUIRED", "This field is required")
+    if len(components) > V2_COMPONENTS_LIMIT:
+        return _form_error("components", "BASE_TYPE_MAX_LENGTH", f"Must be {V2_COMPONENTS_LIMIT} or fewer in length.")
+    text = sum(len(c.get("content") or "") + len(c.get("label") or "") for c in components)
+    if text > V2_TEXT_LIMIT:
+        return _form_error("components", "COMPONENT_MAX_TOTAL_TEXT_LENGTH_EXCEEDED",
+                           f"The total text length of all components must be {V2_TEXT_LIMIT} or fewer.")
+    return None
+
+
+def components_v2_refusal() -> tuple[int, dict[str, Any]]:
+    """What an API without Components v2 answers to one: the 400 "Invalid Form Body" of a
+    message flag it does not know (the shape of Discord's form errors; the code is ours)."""
+    return _form_error("flags", "MESSAGE_FLAGS_INVALID", "Invalid message flags")
+
+
 # -- records -----------------------------------------------------------------------
 
 
@@ -556,6 +649,8 @@ def modal_errors(data: Mapping[str, Any], interaction_kind: int) -> tuple[int, d
 
 def message_errors(body: Mapping[str, Any], files: int = 0) -> tuple[int, dict[str, Any]] | None:
     """Discord's answer to a message body over its limits, as (status, error body); None if valid."""
+    if is_components_v2(body):
+        return components_v2_errors(body)
     errors: dict[str, Any] = {}
     content = body.get("content") or ""
     if len(content) > CONTENT_LIMIT:
@@ -827,6 +922,12 @@ class FakeDiscord:
         """``/command subcommand`` by ``member`` in a guild channel (or thread)."""
         kind = 4 if focused else 2
         return await self._interact(channel_id, member, kind, slash_data(command, subcommand, options, focused))
+
+    async def message_command(self, message: Mapping[str, Any], member: Mapping[str, Any], name: str) -> Interaction:
+        """``member`` runs the message command ``name`` on ``message`` (right-click, Apps): an
+        APPLICATION_COMMAND interaction (type 2) in the message's channel carrying the message
+        itself (see :func:`message_command_data`), so the bot needs no fetch of it."""
+        return await self._interact(str(message["channel_id"]), member, 2, message_command_data(name, message))
 
     async def click(self, message: Mapping[str, Any], member: Mapping[str, Any], custom_id: str) -> Interaction:
         """``member`` presses the button ``custom_id`` of a message the bot sent."""
@@ -1104,7 +1205,9 @@ class FakeDiscord:
 
     async def _put_commands(self, call: Call) -> web.Response:
         self.commands = [
-            {**command, "id": snowflake(), "application_id": self.application_id, "version": snowflake()}
+            # Discord answers "" for a MESSAGE or USER command's description (they have none).
+            {"description": "", **command, "id": snowflake(), "application_id": self.application_id,
+             "version": snowflake()}
             for command in call.body or []
         ]
         return _json(self.commands)
@@ -1149,12 +1252,21 @@ class FakeDiscord:
     async def _post_message(self, call: Call, channel: str) -> web.Response:
         if channel not in self.channels:
             return _error(404, 10003, "Unknown Channel")
-        refused = message_errors(call.body or {}, len(call.files))
+        refused = self._message_errors(call.body or {}, len(call.files))
         if refused:
             return _json(refused[1], refused[0])
         payload = self._bot_message(channel, call)
         self.messages[channel].append(payload)
         return _json(payload)
+
+    # An API without Components v2: a message or edit with IS_COMPONENTS_V2 gets a 400. Class-level: set per instance.
+    refuses_components_v2 = False
+
+    def _message_errors(self, body: Mapping[str, Any], files: int) -> tuple[int, dict[str, Any]] | None:
+        """:func:`message_errors`, and the refusal of Components v2 when :attr:`refuses_components_v2`."""
+        if self.refuses_components_v2 and is_components_v2(body):
+            return components_v2_refusal()
+        return message_errors(body, files)
 
     # Discord's limit on editing messages: 5 edits per 5 s in a channel; more get a 429 with
     # ``retry_after`` (discord.py waits and retries). None: no limit. Class-level: set per instance.
@@ -1174,11 +1286,14 @@ class FakeDiscord:
             return limited
         body = call.body or {}
         merged = {key: body.get(key, found.get(key)) for key in ("content", "embeds", "components")}
-        refused = message_errors({k: v for k, v in merged.items() if v is not None}, len(call.files))
+        flags = int(found.get("flags") or 0) | (int(body.get("flags") or 0) & IS_COMPONENTS_V2)  # never unset
+        refused = self._message_errors({**{k: v for k, v in merged.items() if v is not None}, "flags": flags},
+                                       len(call.files))
         if refused:
             return _json(refused[1], refused[0])
         found.update({key: value if value is not None else ([] if key != "content" else "")
                       for key, value in merged.items()})
+        found["flags"] = flags
         found["edited_timestamp"] = datetime.now(UTC).isoformat()
         return _json(found)
 
@@ -1216,7 +1331,7 @@ class FakeDiscord:
         kind = int(body.get("type", 0))
         data = body.get("data") or {}
         if kind == 4:
-            refused = message_errors(data, len(call.files))
+            refused = self._message_errors(data, len(call.files))
             if refused:
                 return _json(refused[1], refused[0])
         if kind == MODAL_CALLBACK:
@@ -1244,7 +1359,7 @@ class FakeDiscord:
         if record is None or record.callback_type is None:
             return _error(404, 10015, "Unknown Webhook")
         body = call.body or {}
-        refused = message_errors(body, len(call.files))
+        refused = self._message_errors(body, len(call.files))
         if refused:
             return _json(refused[1], refused[0])
         if record.loading and not record.original_deleted and record.original is not None:
@@ -1261,7 +1376,7 @@ class FakeDiscord:
         record = self.interactions.get(token)
         if record is None or record.original is None or record.original_deleted:
             return _error(404, 10008, "Unknown Message")
-        refused = message_errors(call.body or {}, len(call.files))
+        refused = self._message_errors(call.body or {}, len(call.files))
         if refused:
             return _json(refused[1], refused[0])
         edited = self._webhook_message(record, call.body or {}, record.deferred_ephemeral, call.files,
@@ -1320,6 +1435,7 @@ class FakeDiscord:
             snowflake(), channel_id, self.bot_user, body.get("content") or "", channel.get("guild_id"),
             embeds=body.get("embeds") or [], components=body.get("components") or [], attachments=attachments,
             message_type=REPLY_MESSAGE if reference else DEFAULT_MESSAGE, reference=reference, referenced=referenced,
+            flags=int(body.get("flags") or 0) & IS_COMPONENTS_V2,
         )
 
     def _webhook_message(self, record: Interaction, body: Mapping[str, Any], ephemeral: bool,
@@ -1329,7 +1445,8 @@ class FakeDiscord:
         payload = message_payload(
             message_id or snowflake(), record.channel_id, self.bot_user, body.get("content") or "",
             channel.get("guild_id"), embeds=body.get("embeds") or [], components=body.get("components") or [],
-            attachments=attachments, message_type=20, flags=EPHEMERAL if ephemeral else 0,
+            attachments=attachments, message_type=20,
+            flags=(EPHEMERAL if ephemeral else 0) | (int(body.get("flags") or 0) & IS_COMPONENTS_V2),
         )
         payload["webhook_id"] = self.application_id
         payload["application_id"] = self.application_id

@@ -18,7 +18,9 @@ the messages in :mod:`~adapters.discord_bot.render`, sending them in
   (built on the pins part: an edit reaches both);
 * :mod:`~adapters.discord_bot.interactions` — slash commands, buttons, autocomplete,
   with the command group declared in :mod:`~adapters.discord_bot.slash_command` and
-  button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`.
+  button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`;
+* :mod:`~adapters.discord_bot.message_commands` — the message commands (context menus) "Add to
+  channel knowledge" and "Ask about this message" (built on the interactions part).
 
 A private thread is a channel of its own (:attr:`translate.Place.key`): its files and
 pins never reach its parent channel's tree, and questions there are answered from its
@@ -35,8 +37,8 @@ from collections.abc import Callable
 
 from adapters.discord_bot.connection import discord_endpoints, stay_connected
 from adapters.discord_bot.interaction_events import interaction_manager, interaction_place
-from adapters.discord_bot.interactions import InteractionHandling
 from adapters.discord_bot.lifecycle import intents
+from adapters.discord_bot.message_commands import MessageCommandHandling, message_commands
 from adapters.discord_bot.messages import MessageHandling, place_manager
 from adapters.discord_bot.removals import RemovalHandling
 from adapters.discord_bot.slash_command import command_group, command_name
@@ -50,13 +52,15 @@ __all__ = [
 ]
 
 
-class DiscordClient(InteractionHandling, RemovalHandling, MessageHandling):
+class DiscordClient(MessageCommandHandling, RemovalHandling, MessageHandling):
     """The Discord client of one :class:`~bot.runtime.Assistant`; see the module docstring."""
 
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:
         super().__init__(bot, config, guild_ready_timeout=guild_ready_timeout)
         # Here, not in a part: the group needs the whole client (its subcommands call run_command).
         self.tree.add_command(command_group(self, command_name(config.command)))
+        for menu in message_commands(self):
+            self.tree.add_command(menu)
 
 
 async def run_discord(bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 import discord
@@ -48,8 +49,9 @@ from adapters.discord_bot.interaction_events import (
 )
 from adapters.discord_bot.lifecycle import ClientCore, interaction_key
 from adapters.discord_bot.sending import InteractionSend
+from adapters.discord_bot.translate import Place
 from bot.errors import log_failure
-from bot.neutral import Command, Event, Feedback, Reply, ReplyKind, Vote
+from bot.neutral import Command, Event, Feedback, Person, Reply, ReplyKind, Vote
 from bot.replies import source_choice_text
 
 log = logging.getLogger(__name__)
@@ -58,26 +60,39 @@ AUTOCOMPLETE_CHOICES = 25  # Discord's maximum
 AUTOCOMPLETE_TIMEOUT_S = 2.0
 CHOICE_NAME_LIMIT = 100
 
+DeferredWork = Callable[[Place, Person, InteractionSend], Awaitable[None]]
+"""What an application command does once deferred (see :meth:`InteractionHandling.run_deferred`)."""
+
 
 class InteractionHandling(ClientCore):
     """The client's slash commands, button presses and autocomplete; see the module docstring."""
 
     async def run_command(self, interaction: discord.Interaction, name: str, argument: str = "") -> None:
         """One ``/raptor <name>``: deferred first, then handled; the replies are follow-ups."""
+        async def command(place: Place, person: Person, send: InteractionSend) -> None:
+            await self.raptor.handler.handle(Command(place.key, person, name, argument, place.thread), send)
+
+        await self.run_deferred(interaction, f"handling /{self.settings.command} {name}", command)
+
+    async def run_deferred(self, interaction: discord.Interaction, what: str, work: DeferredWork) -> None:
+        """An application command where the bot is enabled: deferred at once (a public "thinking"),
+        then ``work`` is done with the place, the person and the follow-ups' send; a failure of
+        ``work`` is reported with a reference (``what`` names it in the log). Where the bot is not
+        enabled, the person is told so privately."""
         with self._tracked():
             place = interaction_place(interaction)
             if not self.scope.allows(place):
                 await _refuse_here(interaction)
                 return
-            send = InteractionSend(self, interaction)
+            send = InteractionSend(self, interaction, components_v2=self.settings.components_v2)
             if not await send.defer(thinking=True, ephemeral=False):
                 return
             self._count_ack(interaction)
             person = interaction_person(interaction, place)
             try:
-                await self.raptor.handler.handle(Command(place.key, person, name, argument, place.thread), send)
+                await work(place, person, send)
             except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-                await self._failed(f"handling /{self.settings.command} {name}", send)
+                await self._failed(what, send)
             finally:
                 await send.finish()
 

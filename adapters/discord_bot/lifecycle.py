@@ -49,7 +49,8 @@ from discord import app_commands
 
 from adapters.discord_bot import render, translate
 from adapters.discord_bot.connection import guard_parsers
-from adapters.discord_bot.sending import ALLOWED_MENTIONS, ChannelSend
+from adapters.discord_bot.posting import ALLOWED_MENTIONS
+from adapters.discord_bot.sending import ChannelSend
 from adapters.loop_watchdog import LOOP_BLOCK_S, LoopWatchdog
 from bot.config import DiscordConfig
 from bot.errors import log_failure

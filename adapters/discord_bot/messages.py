@@ -102,10 +102,11 @@ class MessageHandling(ClientCore):
             event = Question(place.key, person, text, place.thread, context)
         new_thread = (self.settings.reply_in_thread and place.guild_id is not None and not place.thread
                       and isinstance(event, Question) and bool(text))
+        v2 = self.settings.components_v2
         if not new_thread:
-            await self.raptor.handler.handle(event, ChannelSend(message.channel, message))
+            await self.raptor.handler.handle(event, ChannelSend(message.channel, message, components_v2=v2))
             return
-        send = ChannelSend(message.channel, message, translate.thread_name(text))
+        send = ChannelSend(message.channel, message, translate.thread_name(text), components_v2=v2)
         destination = await send.destination()  # the thread opens now: the first sign of work
         if destination is message.channel:  # it could not be opened: answered as a reply
             await self.raptor.handler.handle(event, send)

@@ -10,7 +10,8 @@ it translates, the bot's ``handler.follow`` decides):
   thread leaves the thread's source (``PinHandling.thread_reply_deleted``);
 * ``MESSAGE_UPDATE`` of a message that lost attachments (or whose earlier attachments
   discord.py does not know): the sources of the attachments it no longer carries go, the
-  message's text and the files it keeps stay (the pins part handles the text of a pinned one);
+  message's text (pinned, or added by a message command) and the files it keeps stay (the pins
+  part handles the text of a pinned one);
 * a guild channel deleted, or a private thread deleted (a channel of its own): the channel is
   gone (:class:`~bot.neutral.ChannelGone`); a public thread deleted: the sources of its
   messages go from its parent channel's tree;
@@ -65,6 +66,7 @@ class RemovalHandling(PinHandling):
                 return
             external_id = translate.pin_external_id(message.channel.id, message.id)
             kept = tuple(translate.upload_external_id(message.channel.id, message.id, a.id) for a in message.attachments)
+            kept += (translate.knowledge_external_id(message.channel.id, message.id),)  # its text, not a file
             await self.raptor.handler.follow(Deleted(place.key, external_ids=(external_id,), parts_of=(external_id,),
                                                      kept=kept, files_kept=tuple(a.filename for a in message.attachments)))
 

@@ -8,6 +8,8 @@
   the message or file it came from, a short quote and the node id), with
   buttons on the last message: one per summary citation (opens the node and
   its children) and 👍/👎 (votes on the answer);
+* (an answer that fits in one message may go instead as Components v2:
+  :mod:`~adapters.discord_bot.layout`, with the same texts and buttons);
 * every other reply is plain text (progress marked ⏳, errors ⚠️ with their
   reference), with its files (the tree picture) on the first message.
 
@@ -166,10 +168,16 @@ def answer_messages(reply: Reply) -> list[Outgoing]:
 
 def answer_embeds(reply: Reply) -> list[discord.Embed]:
     """The answer text (and its warning) in as many embeds as its length needs."""
+    text = answer_text(reply)
+    return [discord.Embed(description=part, colour=ANSWER_COLOUR) for part in split_text(text, DESCRIPTION_LIMIT)]
+
+
+def answer_text(reply: Reply) -> str:
+    """The answer's text as shown (:func:`answer_markdown`), its warning after it."""
     text = answer_markdown(reply.text) or EMPTY_TEXT
     if reply.warning:
         text += f"\n\n{ERROR_MARK}*{discord.utils.escape_markdown(safe_text(reply.warning.strip()))}*"
-    return [discord.Embed(description=part, colour=ANSWER_COLOUR) for part in split_text(text, DESCRIPTION_LIMIT)]
+    return text
 
 
 def source_embeds(citations: Sequence[CitationView]) -> list[discord.Embed]:

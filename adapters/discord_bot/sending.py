@@ -10,7 +10,11 @@ the message is edited at most every :data:`EDIT_EVERY_S` (Discord allows 5 edits
 channel; discord.py waits out a 429 by itself), and the last edit puts the finished reply,
 rendered as it would have been posted, in its place.
 
-Every message and edit is sent with :data:`ALLOWED_MENTIONS`, none: what a reply says never
+With ``components_v2`` (``discord.components_v2``, given where answers go), an answer that fits
+is posted, or its draft finished, as one Components v2 message, and in today's form when Discord
+refuses that (:mod:`~adapters.discord_bot.posting`).
+
+Every message and edit is sent with :data:`~adapters.discord_bot.posting.ALLOWED_MENTIONS`, none: what a reply says never
 notifies anyone, whatever a document or a model put in it (the rendering also shows such
 mentions as inert text, :func:`~adapters.discord_bot.render.safe_text`).
 """
@@ -18,7 +22,6 @@ mentions as inert text, :func:`~adapters.discord_bot.render.safe_text`).
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +31,7 @@ from typing import Any
 import discord
 
 from adapters.discord_bot import render
+from adapters.discord_bot.posting import ALLOWED_MENTIONS, message_arguments, post_reply, try_layout
 from adapters.discord_bot.render import Outgoing
 from bot.errors import log_failure
 from bot.neutral import Reply, Send
@@ -37,8 +41,6 @@ log = logging.getLogger(__name__)
 TYPING_EVERY_S = 8.0  # Discord shows "typing" for 10 s after each request
 TYPING_TIMEOUT_S = 2.0  # a slow typing request must not hold the work up
 FOLLOWUP_TOKEN_S = 14 * 60  # interaction tokens last 15 minutes; past this, post in the channel instead
-# No one: not @everyone, a user, a role, nor the author of the message replied to.
-ALLOWED_MENTIONS = discord.AllowedMentions.none()
 EDIT_EVERY_S = 1.25  # between two edits of a draft: 4 per 5 s, Discord allows 5 per 5 s in a channel (room for the last)
 
 
@@ -56,10 +58,11 @@ class ChannelSend:
     posted instead; it never raises (the failure is reported, not passed on)."""
 
     def __init__(self, channel: Any, reply_to: discord.Message | discord.PartialMessage | None = None,
-                 thread_name: str | None = None) -> None:
+                 thread_name: str | None = None, *, components_v2: bool = False) -> None:
         self._channel = channel
         self._reply_to = reply_to
         self._thread_name = thread_name
+        self.components_v2 = components_v2
         self._destination: Any = None
         self._lock = asyncio.Lock()
 
@@ -71,9 +74,11 @@ class ChannelSend:
             reference = None
             if self._reply_to is not None and destination is self._channel:
                 reference = self._reply_to.to_reference(fail_if_not_exists=False)
+            async def post(arguments: dict[str, Any], first: bool) -> object:
+                return await destination.send(**arguments, reference=reference if first else None)
+
             try:
-                for index, outgoing in enumerate(render.render_reply(reply)):
-                    await destination.send(**message_arguments(outgoing), reference=reference if index == 0 else None)
+                await post_reply(reply, post, self.components_v2)
             except Exception:
                 reference_id = log_failure(log, "posting a reply (%s: %.60r) in channel %s failed (reference %s)",
                                                 reply.kind.value, reply.text, destination.id)
@@ -148,8 +153,9 @@ class _EditedDraft:
 
     interval_s = EDIT_EVERY_S
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, components_v2: bool) -> None:
         self._whole = send  # posts a reply whole, as if nothing had been shown
+        self._components_v2 = components_v2  # the finished answer as one Components v2 message, if it can be
         self._message: discord.Message | discord.WebhookMessage | None = None
 
     async def show(self, text: str) -> None:
@@ -168,7 +174,11 @@ class _EditedDraft:
             await self._whole(reply)
             return
         first, *rest = render.render_reply(reply)
+        message = self._message
         try:
+            if await try_layout(reply, self._components_v2, lambda layout: message.edit(
+                    content=None, embeds=[], view=layout, allowed_mentions=ALLOWED_MENTIONS)):
+                return  # Discord's rule for an edit into Components v2: content null, embeds empty
             if first.files or reply.private:
                 await self._message.delete()
                 await self._whole(reply)
@@ -195,7 +205,7 @@ class DiscordDraft(_EditedDraft):
     """A draft in a channel: the first words are the reply to the question's message."""
 
     def __init__(self, send: ChannelSend) -> None:
-        super().__init__(send)
+        super().__init__(send, send.components_v2)
         self._send = send
 
     async def _post_first(self, content: str) -> discord.Message:
@@ -220,10 +230,12 @@ class InteractionSend:
     in the channel instead. Like :class:`ChannelSend`, it reports failures, never raises.
     """
 
-    def __init__(self, client: discord.Client, interaction: discord.Interaction, always_private: bool = False) -> None:
+    def __init__(self, client: discord.Client, interaction: discord.Interaction, always_private: bool = False, *,
+                 components_v2: bool = False) -> None:
         self._client = client
         self._interaction = interaction
         self._always_private = always_private
+        self.components_v2 = components_v2
         self._pending = False  # a "thinking" message waits for its first follow-up
         self._pending_private = False
         self._started = time.monotonic()
@@ -247,15 +259,16 @@ class InteractionSend:
 
     async def __call__(self, reply: Reply) -> None:
         private = reply.private or self._always_private
+        async def post(arguments: dict[str, Any], first: bool) -> None:
+            await self._send(arguments, private)
+
         async with self._lock:
-            for outgoing in render.render_reply(reply):
-                try:
-                    await self._send(outgoing, private)
-                except Exception:
-                    reference = log_failure(log, "posting a reply (%s: %.60r) to interaction %s failed (reference %s)",
-                                                 reply.kind.value, reply.text, self._interaction.id)
-                    await self._notify(reference, private)
-                    return
+            try:
+                await post_reply(reply, post, self.components_v2 and not private)
+            except Exception:
+                reference = log_failure(log, "posting a reply (%s: %.60r) to interaction %s failed (reference %s)",
+                                        reply.kind.value, reply.text, self._interaction.id)
+                await self._notify(reference, private)
 
     def draft(self, thread: str = "") -> InteractionDraft:
         """An answer shown while it is written, in the interaction's reply (``thread`` is
@@ -290,23 +303,24 @@ class InteractionSend:
     async def follow_up(self, outgoing: Outgoing) -> None:
         """One more public follow-up (a long answer's next message). Raises discord.py's errors."""
         async with self._lock:
-            await self._send(outgoing, private=False)
+            await self._send(message_arguments(outgoing), private=False)
 
     async def notify(self, reference: str) -> None:
         """Says, where it can, that a reply could not be posted (``reference`` is in the log)."""
         await self._notify(reference, private=False)
 
-    async def _send(self, outgoing: Outgoing, private: bool) -> None:
+    async def _send(self, arguments: dict[str, Any], private: bool) -> None:
+        """Posts one message (its ``send`` arguments) as a follow-up; raises discord.py's errors."""
         if time.monotonic() - self._started > FOLLOWUP_TOKEN_S:
             channel = self._channel()
             if channel is not None:
-                await channel.send(**message_arguments(outgoing))
+                await channel.send(**arguments)
                 return
         if self._pending and private != self._pending_private:
             with suppress(discord.NotFound):
                 await self._interaction.delete_original_response()
             self._pending = False
-        await self._interaction.followup.send(**message_arguments(outgoing), ephemeral=private, wait=True)
+        await self._interaction.followup.send(**arguments, ephemeral=private, wait=True)
         self._pending = False
 
     async def _notify(self, reference: str, private: bool) -> None:
@@ -332,7 +346,7 @@ class InteractionDraft(_EditedDraft):
     takes the "thinking" message's place)."""
 
     def __init__(self, send: InteractionSend) -> None:
-        super().__init__(send)
+        super().__init__(send, send.components_v2)
         self._send = send
 
     async def _post_first(self, content: str) -> discord.WebhookMessage:
@@ -345,35 +359,6 @@ class InteractionDraft(_EditedDraft):
         reference = log_failure(log, "finishing a streamed answer to interaction %s failed (reference %s)",
                                 self._send.interaction_id)
         await self._send.notify(reference)
-
-
-def message_arguments(outgoing: Outgoing) -> dict[str, Any]:
-    """The keyword arguments of ``send`` for one outgoing message (no mention allowed)."""
-    arguments: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
-    if outgoing.content:
-        arguments["content"] = outgoing.content
-    if outgoing.embeds:
-        arguments["embeds"] = list(outgoing.embeds)
-    if outgoing.files:
-        arguments["files"] = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in outgoing.files]
-    view = button_view(outgoing.buttons)
-    if view is not None:
-        arguments["view"] = view
-    return arguments
-
-
-def button_view(buttons: tuple[render.ButtonSpec, ...]) -> discord.ui.View | None:
-    """The buttons as a view for sending. It is stopped at once: presses are handled by
-    custom id in ``on_interaction`` (they survive restarts), so discord.py need not keep
-    one view per message in memory."""
-    if not buttons:
-        return None
-    view = discord.ui.View(timeout=None)
-    for spec in buttons:
-        view.add_item(discord.ui.Button(label=spec.label, custom_id=spec.custom_id, style=spec.style,
-                                        emoji=spec.emoji, row=spec.row))
-    view.stop()
-    return view
 
 
 class Typing:

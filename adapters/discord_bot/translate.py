@@ -21,6 +21,8 @@ files and pins would otherwise be answerable to everyone in the parent
 channel); a DM or group DM is its own channel, under the workspace ``"dm"``.
 
 * any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``.
+* a message's text added by the "Add to channel knowledge" command:
+  ``"<channel id>/<message id>/text"``.
 """
 
 from __future__ import annotations
@@ -254,6 +256,12 @@ def pin_external_id(channel_id: int, message_id: int) -> str:
 
 def upload_external_id(channel_id: int, message_id: int, attachment_id: int) -> str:
     return f"{channel_id}/{message_id}/{attachment_id}"
+
+
+def knowledge_external_id(channel_id: int, message_id: int) -> str:
+    """The id of a message's text added by "Add to channel knowledge": a part of the message,
+    as its attachments are (deleting the message removes it), never its pin's id."""
+    return f"{channel_id}/{message_id}/text"
 
 
 @dataclass(frozen=True, slots=True)

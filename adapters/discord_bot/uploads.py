@@ -16,17 +16,18 @@ from adapters.discord_bot import render
 from adapters.discord_bot.sending import ChannelSend
 from adapters.discord_bot.translate import Place
 from bot.errors import log_failure
-from bot.neutral import Person, Upload
+from bot.neutral import Person, Send, Upload
 from bot.runtime import Assistant
 
 log = logging.getLogger(__name__)
 
 
 async def hand_over_attachment(bot: Assistant, message: discord.Message, attachment: discord.Attachment, place: Place,
-                               person: Person, external_id: str) -> None:
+                               person: Person, external_id: str, send: Send | None = None) -> None:
     """Downloads one attachment and hands it to the handler as an Upload; a file over
-    the size limit is refused before downloading it."""
-    send = ChannelSend(message.channel, message)
+    the size limit is refused before downloading it. Replies go to ``send``, by default in
+    the message's channel, as replies to it."""
+    send = send or ChannelSend(message.channel, message)
     limit = bot.max_upload_bytes
     if attachment.size > limit:
         await send(render.too_large_reply(attachment.filename, attachment.size, limit))

@@ -118,6 +118,7 @@ async def discord_world(engine: Engine, tmp_path: Path, restrict: bool = False, 
         "api_base_url": fake.base_url,  # without /api/v10: run_discord adds it
         "gateway_url": fake.gateway_url,
         "library_channels": [library],
+        "components_v2": False,  # answers as embeds, as these tests read them; test_components_v2 turns it on
         **discord,
     }
     if restrict:

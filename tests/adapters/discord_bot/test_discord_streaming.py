@@ -44,14 +44,15 @@ def stub() -> Iterator[OpenAIStub]:
         yield server
 
 
-def run(stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path, body: Any) -> None:
+def run(stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path, body: Any, **discord: Any) -> None:
+    """Runs ``body`` in a world whose engine answers through the stub (``discord``: DiscordConfig keys)."""
     settings = LLMSettings(base_url=stub.base_url, model="stub-model", timeout_s=5.0, max_retries=1)
 
     async def session(client: LLMClient) -> None:
         counter = embedder.token_counter()
         engine = Engine(ChromaStore.embedded(tmp_path / "chroma"), embedder, counter, ExtractiveSummarizer(counter),
                         LLMAnswerer(client, settings))
-        async with discord_world(engine, tmp_path) as world:
+        async with discord_world(engine, tmp_path, **discord) as world:
             await asyncio.to_thread(engine.ingest_bytes, world.key("general"), SAMPLE.read_bytes(),
                                     "aurora-handbook.md", "https://x.test/f", "Alice", "F0")
             await body(world)

@@ -18,7 +18,7 @@ import pytest
 from adapters.discord_bot import render, translate
 from adapters.discord_bot.client import command_name
 from adapters.discord_bot.connection import api_base
-from adapters.discord_bot.sending import message_arguments
+from adapters.discord_bot.posting import message_arguments
 from adapters.discord_bot.translate import CastVote, OpenNode, Place, Scope
 from bot.config import DiscordConfig
 from bot.errors import ConfigError
