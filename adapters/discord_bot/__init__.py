@@ -7,7 +7,8 @@ limits, ``sending`` posts them, ``connection`` keeps discord.py connected, and
 the adapter ``python -m bot serve`` runs when ``discord.token`` is set. The client is
 assembled from ``lifecycle`` (start-up, shutdown, failure reports), ``messages``
 (questions, follow-ups, uploads; ``uploads`` hands attachments over), ``pins`` and
-``interactions`` (slash commands and buttons; ``slash_command`` declares the group).
+``interactions`` (slash commands and buttons; ``slash_command`` declares the group) and
+``forums`` (forum channels as help desks; ``forum_posts`` translates them).
 
 (Never name a module here ``discord``: it would shadow the SDK.)
 """

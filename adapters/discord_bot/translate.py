@@ -20,7 +20,8 @@ the parent's members anyway; a *private* thread is a channel of its own (its
 files and pins would otherwise be answerable to everyone in the parent
 channel); a DM or group DM is its own channel, under the workspace ``"dm"``.
 
-* any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``.
+* any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``;
+* a solved forum post: ``"solved:<post id>"`` (see :mod:`~adapters.discord_bot.forum_posts`).
 """
 
 from __future__ import annotations
