@@ -4,10 +4,10 @@ solved, and what a solved post becomes.
 Contracts (the rules; the adapters say which forums they serve and hand over each event once):
 
 - A new post in a forum the bot serves asks its title and its opening message
-  (:func:`post_question`), and is answered once, in the post. Every later message in the post
+  (:func:`bot.commands.post_question`, public: adapters compose the question), and is answered once, in the post. Every later message in the post
   is a question too (no mention needed), with the post's earlier messages as context.
 - Only the post's author or an admin of the forum (:func:`bot.commands.may_manage`) may mark a
-  post solved (:func:`may_mark_solved`); anyone else is told so privately and nothing is stored.
+  post solved (:func:`bot.commands.may_mark_solved`); anyone else is told so privately and nothing is stored.
 - A solved post becomes ONE source of the forum's tree, of kind ``THREAD``: the question, then
   the accepted answer (:func:`solved_document`), titled "Solved: <title>", linked to the post,
   kept under the event's external id. Marked again (the button pressed under another answer,
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import logging
 
-from bot import commands
+from bot.commands import may_mark_solved, post_question
 from bot.config import Config
 from bot.engine_calls import AsyncEngine
 from bot.ingestion import added_by
-from bot.neutral import Person, Reply, ReplyKind, Send, Solved
+from bot.neutral import Reply, ReplyKind, Send, Solved
 from bot.source_handling import SourceHandling
-from raptor_engine import ChannelKey, Document, SourceKind
+from raptor_engine import Document, SourceKind
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +41,6 @@ TITLE_CHARS = 80  # a solved post's source title: "Solved: " and the post's titl
 NOT_ALLOWED = "Only the post's author or an admin of this forum can mark it solved."
 NO_ANSWER = ("I can no longer find that answer, so there is nothing to keep. "
              "Ask again in the post, or apply the forum's Solved tag to keep the latest answer.")
-
-
-def post_question(title: str, opening: str) -> str:
-    """What a new forum post asks: its title, then its opening message (either may be empty;
-    the title is left out when the message repeats it)."""
-    title, opening = " ".join(title.split()), opening.strip()
-    if not title or title.lower() in opening.lower():
-        return opening
-    return f"{title}\n{opening}" if opening else title
-
-
-def may_mark_solved(person: Person, author_id: str, key: ChannelKey, config: Config) -> bool:
-    """True when ``person`` may mark the post opened by ``author_id`` solved: they opened it,
-    or they are an admin of the forum (:func:`bot.commands.may_manage`)."""
-    return (bool(author_id) and person.id == author_id) or commands.may_manage(person, key, config.bot)
 
 
 def solved_document(solved: Solved, answer: str, answerer: str = "") -> Document:
@@ -82,7 +67,7 @@ class ForumHandling:
     async def solved(self, solved: Solved, send: Send) -> None:
         """Stores the post's question and accepted answer as a source, when its marker may."""
         key = solved.channel
-        if not may_mark_solved(solved.person, solved.author_id, key, self._config):
+        if not may_mark_solved(solved.person, solved.author_id, key, self._config.bot):
             log.info("channel %s: %s may not mark post %s solved", key, solved.person.id, solved.thread)
             await send(Reply(ReplyKind.INFO, NOT_ALLOWED, private=True, thread=solved.thread))
             return

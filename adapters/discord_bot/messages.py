@@ -6,7 +6,7 @@ Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.clie
   in a new thread with ``discord.reply_in_thread``; a lone "help" is the help command;
 * every message in a post of a forum the bot serves (``discord.forums``) is a question, no
   mention needed; the message that opens a post asks with the post's title
-  (:func:`bot.forum_handling.post_question`), and its answer is sent as :meth:`answer_send`
+  (:func:`bot.commands.post_question`), and its answer is sent as :meth:`answer_send`
   says (the forums part, :class:`~adapters.discord_bot.forums.ForumHandling`, offers to mark
   the post solved under it);
 * a message in a thread where the bot has posted is a follow-up (no mention needed),
@@ -37,7 +37,6 @@ from adapters.discord_bot.sending import ChannelSend, Typing, keep_typing
 from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
 from bot import commands
-from bot.forum_handling import post_question
 from bot.neutral import Command, Person, Question, Send
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ class MessageHandling(ClientCore):
                 await hand_over_attachment(self.raptor, message, attachment, place, person, external_id)
             text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
             if in_forum and forum_posts.opens_post(message.id, place):
-                text = post_question(str(getattr(message.channel, "name", "") or ""), text)
+                text = commands.post_question(str(getattr(message.channel, "name", "") or ""), text)
             if not text and (uploads or not asked):
                 return  # the files were the point, or a message in a forum post says nothing to answer
             await self._question(message, place, person, text, context, typing)

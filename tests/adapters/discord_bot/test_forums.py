@@ -26,8 +26,8 @@ import pytest
 from pydantic import ValidationError
 
 from adapters.discord_bot.translate import Place
-from bot.config import BotConfig, Config, DiscordConfig
-from bot.forum_handling import may_mark_solved, post_question
+from bot.commands import may_mark_solved, post_question
+from bot.config import BotConfig, DiscordConfig
 from bot.neutral import Person, Question
 from raptor_engine.engine import Engine
 from raptor_engine.types import ChannelKey, Document, SourceKind
@@ -210,7 +210,7 @@ def test_the_solved_tag_keeps_the_latest_answer_once_and_the_post_deleted_takes_
 
 
 def test_who_may_mark_a_post_solved() -> None:
-    config = Config(bot=BotConfig(admins=[ADMIN_ID]))
+    config = BotConfig(admins=[ADMIN_ID])
     key = ChannelKey("discord", "1", "2")
     assert may_mark_solved(Person("7", "Alice"), "7", key, config)  # the author
     assert may_mark_solved(Person("8", "Mod", manages_channel=True), "7", key, config)  # Manage Messages
