@@ -39,8 +39,7 @@ log = logging.getLogger(__name__)
 
 TITLE_CHARS = 80  # a solved post's source title: "Solved: " and the post's title, cut to this
 NOT_ALLOWED = "Only the post's author or an admin of this forum can mark it solved."
-NO_ANSWER = ("I can no longer find that answer, so there is nothing to keep. "
-             "Ask again in the post, or apply the forum's Solved tag to keep the latest answer.")
+NO_ANSWER = "I found no answer to keep for this post (it may have been forgotten since), so nothing was added."
 
 
 def solved_document(solved: Solved, answer: str, answerer: str = "") -> Document:
