@@ -4,8 +4,9 @@ A command arrives as text (``"/rebuild"``, ``"rebuild"``, ``"forget 3f9a1c2b7d"`
 Slack's ``/raptor rebuild`` gives the adapter ``"rebuild"``) and is parsed into a
 name and an argument by :func:`parse_command`. The handler
 (:mod:`bot.handler`, through :mod:`bot.command_handling`) runs them; :func:`may_manage` says who may run the
-commands marked ``admin_only``, and :func:`may_remove_pin` who may remove a
-source by unpinning it.
+commands marked ``admin_only``, :func:`may_remove_pin` who may remove a
+source by unpinning it, and :func:`may_mark_solved` who may mark a forum post solved;
+:func:`post_question` reads what a new forum post asks (see :mod:`bot.forum_handling`).
 
 A channel's admins are the people the platform says manage it
 (``Person.manages_channel``: Slack workspace admins and owners; on Discord,
@@ -99,3 +100,18 @@ def may_remove_pin(person: Person, pinner_id: str, key: ChannelKey, config: BotC
     admin of the channel (:func:`may_manage`), or they are the person who pinned it
     (``pinner_id``, a platform id; empty when unknown, which matches nobody)."""
     return may_manage(person, key, config) or (bool(pinner_id) and person.id == pinner_id)
+
+
+def post_question(title: str, opening: str) -> str:
+    """What a new forum post asks: its title, then its opening message (either may be empty;
+    the title is left out when the message repeats it)."""
+    title, opening = " ".join(title.split()), opening.strip()
+    if not title or title.lower() in opening.lower():
+        return opening
+    return f"{title}\n{opening}" if opening else title
+
+
+def may_mark_solved(person: Person, author_id: str, key: ChannelKey, config: BotConfig) -> bool:
+    """True when ``person`` may mark the post opened by ``author_id`` solved: they opened it,
+    or they are an admin of the forum (:func:`may_manage`)."""
+    return (bool(author_id) and person.id == author_id) or may_manage(person, key, config)

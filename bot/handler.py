@@ -2,14 +2,15 @@
 
 :meth:`ChatHandler.handle` is the entry point of what people ask and give. It dispatches a
 :class:`Question`, :class:`Command`, :class:`Upload`, :class:`Pin`, :class:`Unpin`,
-:class:`Vote` or :class:`Feedback` to the part that handles its kind, and speaks only
+:class:`Vote`, :class:`Feedback` or :class:`Solved` to the part that handles its kind, and speaks only
 through the ``send`` it is given:
 
 - :mod:`bot.question_handling` answers questions (and ``ask``), streamed when it can;
 - :mod:`bot.command_handling` runs the other chat commands;
 - :mod:`bot.source_handling` adds and removes sources (files, pins, edits, unpins)
   within the limits;
-- :mod:`bot.feedback_handling` stores votes and feedback on kept answers.
+- :mod:`bot.feedback_handling` stores votes and feedback on kept answers;
+- :mod:`bot.forum_handling` makes solved forum posts sources.
 
 :meth:`ChatHandler.follow` takes what happened on the platform that nobody is answered for
 (a :class:`Deleted` message or file, a :class:`ChannelGone` or :class:`ChannelBack`), and
@@ -49,6 +50,7 @@ from bot.deletions import DeletionHandling
 from bot.engine_calls import AsyncEngine
 from bot.errors import BotError, log_failure, names_servers, new_reference
 from bot.feedback_handling import FeedbackHandling
+from bot.forum_handling import ForumHandling
 from bot.model_budget import LocalSpending, ModelBudget
 from bot.neutral import (
     ChannelBack,
@@ -63,6 +65,7 @@ from bot.neutral import (
     Reply,
     ReplyKind,
     Send,
+    Solved,
     Unpin,
     Upload,
     Vote,
@@ -110,6 +113,7 @@ class ChatHandler:
         self._sources = SourceHandling(self._engine, config, scheduler, make("uploads", HOUR_S),
                                        make("upload-bytes", DAY_S))
         self._feedback = FeedbackHandling(self._engine, config, scheduler)
+        self._forums = ForumHandling(self._engine, config, self._sources)
         self._deletions = DeletionHandling(self._engine, config, scheduler)
 
     async def handle(self, event: Event, send: Send, shared_externally: bool = False) -> None:
@@ -185,6 +189,8 @@ class ChatHandler:
             await self._feedback.vote(event, send)
         elif isinstance(event, Feedback):
             await self._feedback.feedback(event, send)
+        elif isinstance(event, Solved):
+            await self._forums.solved(event, send)
         else:
             raise TypeError(f"the chat handler does not know events of type {type(event).__name__}")
 

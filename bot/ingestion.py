@@ -114,6 +114,15 @@ def replace_versions(engine: Engine, key: ChannelKey, result: IngestResult, earl
     return SourceUpdate(result, tuple(replaced), tuple(answers))
 
 
+def ingest_replacing(engine: Engine, key: ChannelKey, document: Document) -> SourceUpdate:
+    """Stores ``document`` as a source of ``key`` in place of the channel's earlier sources of
+    its external id (blocking; see :func:`replace_versions`): stored first, so if that fails
+    the earlier version keeps answering. The same text again is a ``duplicate`` that changes
+    nothing."""
+    earlier = engine.sources(key, external_id=document.external_id)
+    return replace_versions(engine, key, engine.ingest(key, document), earlier)
+
+
 CORRECTION_TITLE_CHARS = 80
 
 

@@ -137,7 +137,33 @@ class Feedback:
     correction: str = ""
 
 
-Event = Question | Command | Upload | Pin | Unpin | Vote | Feedback
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """A forum post marked solved by ``person``: its question and the answer accepted for it
+    become one source of the forum's tree (see :mod:`bot.forum_handling`, which also says who
+    may mark a post solved). ``thread`` is the platform's id of the post (a thread),
+    ``author_id`` the id of the person who opened it; ``title`` and ``question`` are its title
+    and opening message; ``link`` points to the post; ``external_id`` is what the source is
+    kept under (marked again, the post's source takes the new text).
+
+    The accepted answer is the kept answer ``answer_id`` (the bot's answer whose "Mark solved"
+    was pressed) or, when no answer is named, ``answer`` as written by ``answerer`` (the
+    post's latest answer, when a "Solved" tag was applied)."""
+
+    channel: ChannelKey
+    person: Person
+    thread: str
+    author_id: str
+    title: str
+    question: str
+    external_id: str
+    link: str = ""
+    answer_id: str = ""
+    answer: str = ""
+    answerer: str = ""
+
+
+Event = Question | Command | Upload | Pin | Unpin | Vote | Feedback | Solved
 
 
 @dataclass(frozen=True, slots=True)

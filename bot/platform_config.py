@@ -4,9 +4,9 @@ from :mod:`bot.config`, which embeds them, so that file keeps to what every bot 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, StringConstraints, model_validator
 
 from bot.config_section import Section as _Section
 
@@ -55,9 +55,20 @@ class SlackConfig(_Section):
         return self
 
 
+def _id_as_text(value: object) -> object:
+    """An id written unquoted in YAML arrives as a number: taken as its digits."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+DiscordId = Annotated[str, BeforeValidator(_id_as_text), StringConstraints(pattern=r"^[0-9]+$")]
+"""A Discord snowflake (a channel's id), quoted or not."""
+
+
 class DiscordConfig(_Section):
     """The Discord bot. Set ``token`` to run on Discord. Empty ``guilds``/``channels`` allow
-    all; ``library_channels`` are channels whose every attachment is ingested."""
+    all; ``library_channels`` are channels whose every attachment is ingested; ``forums`` are
+    forum channels served as help desks (each new post answered, every message in a post a
+    question; see :mod:`bot.forum_handling`)."""
 
     token: SecretStr = SecretStr("")
     api_base_url: str | None = None  # None: Discord's; stand-ins and proxies set another
@@ -65,6 +76,7 @@ class DiscordConfig(_Section):
     guilds: list[str] = []
     channels: list[str] = []
     library_channels: list[str] = []
+    forums: list[DiscordId] = []
     reply_in_thread: bool = False
     command: str = "raptor"
     # An answer that fits (4,000 characters with its sources) is one Components v2 message;
@@ -77,3 +89,11 @@ class DiscordConfig(_Section):
     @property
     def enabled(self) -> bool:
         return bool(self.token.get_secret_value())
+
+    @model_validator(mode="after")
+    def _forums_are_allowed(self) -> DiscordConfig:
+        """A forum left out of a ``channels`` list would be served nowhere: said at start-up."""
+        outside = [forum for forum in self.forums if self.channels and forum not in self.channels]
+        if outside:
+            raise ValueError(f"discord.forums {outside} must also be listed in discord.channels (or leave it empty)")
+        return self

@@ -15,6 +15,9 @@ Contracts (a part of :class:`bot.handler.ChatHandler`):
   and the channel's byte budget like a new pin, before anything is embedded; refused, the
   source keeps its earlier text and the editor is told. An edit that changes nothing kept
   gives both back.
+- A solved forum post (:class:`~bot.neutral.Solved`, its document made by
+  :mod:`bot.forum_handling`) is stored within the same limits as a pin, counted against the
+  person who marked it; marked again, it replaces its earlier version.
 - Unpinning removes the sources a pin became only when ``bot.unpin_removes_source``
   is on and the person unpinning is an admin or the one who pinned it
   (:func:`bot.commands.may_remove_pin`); otherwise they stay, and the reply says
@@ -38,14 +41,15 @@ from bot.ingestion import (
     SourceUpdate,
     adder_id,
     ingest_pin,
+    ingest_replacing,
     ingest_upload,
     pin_document,
     pinned_sources,
     update_pin,
 )
-from bot.neutral import Person, Pin, Reply, ReplyKind, Send, Unpin, Upload
+from bot.neutral import Person, Pin, Reply, ReplyKind, Send, Solved, Unpin, Upload
 from bot.rate_limits import person_in_workspace
-from raptor_engine import ChannelKey
+from raptor_engine import ChannelKey, Document
 
 if TYPE_CHECKING:
     from bot.rebuilds.service import RebuildService
@@ -88,6 +92,13 @@ class SourceHandling:
         document = pin_document(pin)  # a pin with no text is refused here, before it counts against any limit
         size = len(document.text.encode("utf-8"))
         await self._add(pin, size, document.title, send, lambda engine: SourceUpdate(ingest_pin(engine, pin)))
+
+    async def solved(self, solved: Solved, document: Document, send: Send) -> None:
+        """Stores a solved forum post's ``document`` in place of its earlier version, if any
+        (see :func:`ingest_replacing`), within the limits, as a pin by the person who marked it."""
+        size = len(document.text.encode("utf-8"))
+        await self._add(solved, size, document.title, send,
+                        lambda engine: ingest_replacing(engine, solved.channel, document))
 
     async def _pin_edited(self, pin: Pin, send: Send) -> None:
         """An edited message: its source, if it is one, takes the new text (see :func:`update_pin`).
@@ -144,9 +155,9 @@ class SourceHandling:
             await send(Reply(ReplyKind.INFO, notice, thread=thread))
 
     async def _add(
-        self, event: Upload | Pin, size: int, name: str, send: Send, ingest: Callable[[Engine], SourceUpdate]
+        self, event: Upload | Pin | Solved, size: int, name: str, send: Send, ingest: Callable[[Engine], SourceUpdate]
     ) -> None:
-        """Stores a file or a pin of ``size`` bytes (``name`` is how refusals call it) by calling
+        """Stores a file, a pin or a solved post of ``size`` bytes (``name`` is how refusals call it) by calling
         ``ingest`` in a worker thread, once the limits allow it; otherwise says which limit refused."""
         key = event.channel
         refusal = await self._refusal(key, event.person, size, name)

@@ -9,8 +9,9 @@ limits (``layout``, an answer as one Components v2 message), ``sending`` posts t
 the adapter ``python -m bot serve`` runs when ``discord.token`` is set. The client is
 assembled from ``lifecycle`` (start-up, shutdown, failure reports), ``messages``
 (questions, follow-ups, uploads; ``uploads`` hands attachments over), ``pins``,
-``interactions`` (slash commands and buttons; ``slash_command`` declares the group) and
-``message_commands`` (the context menus on messages).
+``interactions`` (slash commands and buttons; ``slash_command`` declares the group),
+``message_commands`` (the context menus on messages) and ``forums`` (forum channels as help
+desks; ``forum_posts`` translates them).
 
 (Never name a module here ``discord``: it would shadow the SDK.)
 """

@@ -21,6 +21,9 @@ the messages in :mod:`~adapters.discord_bot.render`, sending them in
   button presses and form submissions read in :mod:`~adapters.discord_bot.interaction_events`;
 * :mod:`~adapters.discord_bot.message_commands` — the message commands (context menus) "Add to
   channel knowledge" and "Ask about this message" (built on the interactions part).
+* :mod:`~adapters.discord_bot.forums` — forum channels as help desks: posts answered, and
+  solved ones made sources (built on the messages and interactions parts: it sends the
+  answers in forum posts, and takes the presses on "Mark solved").
 
 A private thread is a channel of its own (:attr:`translate.Place.key`): its files and
 pins never reach its parent channel's tree, and questions there are answered from its
@@ -36,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adapters.discord_bot.connection import discord_endpoints, stay_connected
+from adapters.discord_bot.forums import ForumHandling
 from adapters.discord_bot.interaction_events import interaction_manager, interaction_place
 from adapters.discord_bot.lifecycle import intents
 from adapters.discord_bot.message_commands import MessageCommandHandling, message_commands
@@ -52,7 +56,7 @@ __all__ = [
 ]
 
 
-class DiscordClient(MessageCommandHandling, RemovalHandling, MessageHandling):
+class DiscordClient(ForumHandling, MessageCommandHandling, RemovalHandling, MessageHandling):
     """The Discord client of one :class:`~bot.runtime.Assistant`; see the module docstring."""
 
     def __init__(self, bot: Assistant, config: DiscordConfig, *, guild_ready_timeout: float = 2.0) -> None:

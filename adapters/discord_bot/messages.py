@@ -4,11 +4,16 @@ Contract (:class:`MessageHandling`, a part of :class:`~adapters.discord_bot.clie
 
 * a message that mentions the bot (or any DM) is a question, answered as a reply, or
   in a new thread with ``discord.reply_in_thread``; a lone "help" is the help command;
+* every message in a post of a forum the bot serves (``discord.forums``) is a question, no
+  mention needed; the message that opens a post asks with the post's title
+  (:func:`bot.commands.post_question`), and its answer is sent as :meth:`answer_send`
+  says (the forums part, :class:`~adapters.discord_bot.forums.ForumHandling`, offers to mark
+  the post solved under it);
 * a message in a thread where the bot has posted is a follow-up (no mention needed),
   with the thread's earlier messages as context. Whether the bot posted is read from
   the thread's history each time: nothing is remembered between events;
-* attachments of a message that mentions the bot, and of every message in a
-  ``library_channels`` channel, are downloaded and added as sources;
+* attachments of a message that mentions the bot (not merely posted in a forum post), and
+  of every message in a ``library_channels`` channel, are downloaded and added as sources;
 * a message in a thread started from a pinned message that is a source updates that
   source first (:meth:`~adapters.discord_bot.pins.PinHandling.thread_grew`), then is
   handled as any message in a thread;
@@ -26,13 +31,13 @@ from typing import Any
 
 import discord
 
-from adapters.discord_bot import translate
+from adapters.discord_bot import forum_posts, translate
 from adapters.discord_bot.lifecycle import ClientCore
 from adapters.discord_bot.sending import ChannelSend, Typing, keep_typing
 from adapters.discord_bot.translate import Place
 from adapters.discord_bot.uploads import hand_over_attachment
 from bot import commands
-from bot.neutral import Command, Person, Question
+from bot.neutral import Command, Person, Question, Send
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +70,22 @@ class MessageHandling(ClientCore):
         :class:`~adapters.discord_bot.pins.PinHandling` (before this one in the client's
         bases), overrides it to keep a pinned thread's source up to date."""
 
+    def answer_send(self, message: discord.Message, place: Place) -> Send:
+        """How the answer to ``message`` at ``place`` is sent: a reply in its channel. The forums
+        part (before this one in the client's bases) overrides it for forum posts."""
+        return ChannelSend(message.channel, message, components_v2=self.settings.components_v2)
+
     async def _message(self, message: discord.Message, place: Place) -> None:
-        addressed = place.guild_id is None or translate.mentions_bot(message, self.bot_id)
-        uploads = list(message.attachments) if addressed or self.scope.is_library(place) else []
+        asked = place.guild_id is None or translate.mentions_bot(message, self.bot_id)
+        in_forum = forum_posts.in_served_forum(place, self.settings.forums)
+        addressed = asked or in_forum
+        uploads = list(message.attachments) if asked or self.scope.is_library(place) else []
         in_thread = translate.is_thread(message.channel)
         context: tuple[str, ...] = ()
         follow_up = False
         if in_thread:
-            history = await self._history(message)
+            # The bot's offers to mark a forum post solved are no part of the conversation.
+            history = [m for m in await self._history(message) if not forum_posts.is_solved_offer(m)]
             follow_up = not addressed and (
                 translate.bot_posted(history, self.bot_id) or getattr(message.channel, "owner_id", None) == self.bot_id
             )
@@ -88,8 +101,10 @@ class MessageHandling(ClientCore):
                 external_id = translate.upload_external_id(message.channel.id, message.id, attachment.id)
                 await hand_over_attachment(self.raptor, message, attachment, place, person, external_id)
             text = translate.question_text(message.content, self.bot_id, translate.mention_names(message))
-            if not text and uploads:
-                return  # the files were the point
+            if in_forum and forum_posts.opens_post(message.id, place):
+                text = commands.post_question(str(getattr(message.channel, "name", "") or ""), text)
+            if not text and (uploads or not asked):
+                return  # the files were the point, or a message in a forum post says nothing to answer
             await self._question(message, place, person, text, context, typing)
 
     async def _question(self, message: discord.Message, place: Place, person: Person, text: str,
@@ -104,7 +119,7 @@ class MessageHandling(ClientCore):
                       and isinstance(event, Question) and bool(text))
         v2 = self.settings.components_v2
         if not new_thread:
-            await self.raptor.handler.handle(event, ChannelSend(message.channel, message, components_v2=v2))
+            await self.raptor.handler.handle(event, self.answer_send(message, place))
             return
         send = ChannelSend(message.channel, message, translate.thread_name(text), components_v2=v2)
         destination = await send.destination()  # the thread opens now: the first sign of work

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 import discord
 
-from adapters.discord_bot import translate
+from adapters.discord_bot import forum_posts, translate
 from adapters.discord_bot.pins import PinHandling
 from adapters.discord_bot.translate import Place
 from bot.neutral import ChannelBack, ChannelGone, Deleted
@@ -83,7 +83,9 @@ class RemovalHandling(PinHandling):
             if place.private:
                 await self.raptor.handler.follow(ChannelGone(place.key, "the private thread was deleted"))
             elif await self.raptor.first_delivery(f"discord:thread-deleted:{payload.thread_id}"):
-                await self.raptor.handler.follow(Deleted(place.key, parts_of=(str(payload.thread_id),)))
+                solved = forum_posts.solved_external_id(payload.thread_id)  # a forum post's, if it was solved
+                await self.raptor.handler.follow(Deleted(place.key, external_ids=(solved,),
+                                                         parts_of=(str(payload.thread_id),)))
 
     async def on_guild_remove(self, guild: discord.Guild) -> None:
         with self._tracked():

@@ -20,9 +20,10 @@ the parent's members anyway; a *private* thread is a channel of its own (its
 files and pins would otherwise be answerable to everyone in the parent
 channel); a DM or group DM is its own channel, under the workspace ``"dm"``.
 
-* any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``.
+* any other uploaded attachment: ``"<channel id>/<message id>/<attachment id>"``;
 * a message's text added by the "Add to channel knowledge" command:
-  ``"<channel id>/<message id>/text"``.
+  ``"<channel id>/<message id>/text"``;
+* a solved forum post: ``"solved:<post id>"`` (see :mod:`~adapters.discord_bot.forum_posts`).
 """
 
 from __future__ import annotations
