@@ -25,6 +25,11 @@ Each part's module states its own contracts. Those of the whole:
   the limits: a question or command gets the one line :data:`bot.replies.SHARED_CHANNEL`,
   anything else (files, pins, edits, votes) is dropped with a log line, so nothing said
   there is stored.
+- While ``slack.distribution`` is ``distributed`` (an app offered to other workspaces, which
+  Slack's API terms do not let keep an index of their messages), nothing from Slack becomes a
+  source: a file shared or a message pinned gets the one line
+  :data:`bot.replies.DISTRIBUTED_REFUSAL`, an edit of a message is dropped with a log line.
+  Questions are answered as always.
 - It never fails silently. Errors written for people (``RaptorError``,
   ``BotError``) become an ERROR reply carrying their message, except failures of the
   bot's own servers (the model endpoint, Chroma, also when it did not answer within
@@ -103,6 +108,7 @@ class ChatHandler:
         ``clock`` is for local limiters only (tests pass their own)."""
         self._engine = engine
         self._refuses_shared_channels = config.slack.shared_channels == "refuse"
+        self._keeps_no_slack_material = config.slack.distribution == "distributed"
         self.metrics = metrics or Metrics()
         # The limits themselves are passed per call: a channel may have its own (bot.channels[...]).
         make = limiters or local_limiters(clock)
@@ -124,6 +130,8 @@ class ChatHandler:
             with channel_context(str(event.channel)):  # every log line of this event names its channel
                 if shared_externally and self._refuses_shared_channels:
                     await self._refuse_shared(event, send)
+                elif self._refuses_material(event):
+                    await self._refuse_material(event, send)
                 else:
                     await self._dispatch(event, send)
         except Exception as exc:
@@ -155,6 +163,18 @@ class ChatHandler:
         if isinstance(event, (Question, Command)):
             await send(Reply(ReplyKind.INFO, replies.SHARED_CHANNEL, private=isinstance(event, Command),
                              thread=event.thread))
+
+    def _refuses_material(self, event: Event) -> bool:
+        """Whether ``event`` would store Slack-sourced material that ``slack.distribution`` forbids."""
+        return self._keeps_no_slack_material and event.channel.platform == "slack" and isinstance(event, (Upload, Pin))
+
+    async def _refuse_material(self, event: Event, send: Send) -> None:
+        """A file or pin refused while the Slack app is distributed: the person who shared or
+        pinned it is told why; an edit (nobody asked for anything) is only logged."""
+        log.info("%s on Slack refused: slack.distribution is distributed", type(event).__name__)
+        if isinstance(event, Pin) and event.edited:
+            return
+        await send(Reply(ReplyKind.INFO, replies.DISTRIBUTED_REFUSAL))
 
     def _failure_reply(self, event: Event, exc: Exception) -> Reply:
         """The ERROR reply for ``exc``, which ended the handling of ``event``; logged and counted.

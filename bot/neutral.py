@@ -328,6 +328,47 @@ class DraftingSend(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SuggestedPrompt:
+    """A prompt offered in a new assistant thread: ``title`` is shown, ``message`` is sent
+    when the person picks it."""
+
+    title: str
+    message: str
+
+
+class Scope(Enum):
+    """What a question in an assistant thread is answered from (``bot.assistant_threads``):
+    the tree of the channel viewed beside it (``VIEWED``), nothing, because the asker is not
+    a member of that channel (``NOT_A_MEMBER``), or the conversation's own (``OWN``: no
+    channel viewed)."""
+
+    VIEWED = "viewed"
+    NOT_A_MEMBER = "not_a_member"
+    OWN = "own"
+
+
+class Stage(Enum):
+    """What the bot is doing with a question, for a status line (:class:`StatusSend`)."""
+
+    READING = "reading"  # accepted, not yet searching
+    SEARCHING = "searching"  # looking through the channel's tree
+    WRITING = "writing"  # the answer is being written
+
+
+@runtime_checkable
+class StatusSend(Protocol):
+    """A :data:`Send` that can also show what the bot is doing with a question, in a status
+    line beside the conversation (Slack's ``assistant.threads.setStatus``). The adapter clears
+    the line once the question is done, whatever its outcome."""
+
+    async def __call__(self, reply: Reply) -> None: ...
+
+    async def show_stage(self, stage: Stage) -> None:
+        """Shows ``stage``; never raises (a status line that cannot be shown is no failure)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class ReplyAddress:
     """Where a reply can be posted later by any process serving the platform (a rebuild's
     progress and result, when another process ran it): the channel and the thread the

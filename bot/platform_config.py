@@ -41,6 +41,11 @@ class SlackConfig(_Section):
     # Channels shared with other organisations (Slack Connect): "refuse" answers no question
     # there (one line says why) and stores nothing from them; "allow" serves them like any other.
     shared_channels: Literal["refuse", "allow"] = "refuse"
+    # "internal": the app is installed by a company in its own workspace, and may keep an index of
+    # that workspace's files and messages. "distributed": the app is offered to other workspaces,
+    # which Slack's API terms do not let keep such an index: files shared and messages pinned are
+    # refused (one line says why), and questions are still answered.
+    distribution: Literal["internal", "distributed"] = "internal"
 
     @property
     def enabled(self) -> bool:

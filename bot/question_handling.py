@@ -24,6 +24,10 @@ Contracts (a part of :class:`bot.handler.ChatHandler`):
   vote on one is stored beside both; an answer that cannot be kept still goes out, without
   vote buttons.
 - Every question is counted, with its time, by its outcome.
+- A ``send`` that can show a status line (a :class:`~bot.neutral.StatusSend`) is told the
+  stages: :attr:`~bot.neutral.Stage.SEARCHING` once the question is past the budget and the
+  limits, :attr:`~bot.neutral.Stage.WRITING` once a streamed answer's material is found.
+  Clearing the line is the adapter's, after the last reply.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from bot.config import Config
 from bot.coordination.shared_limits import Limiter
 from bot.engine_calls import AsyncEngine
 from bot.model_budget import ModelBudget
-from bot.neutral import Command, DraftingSend, Question, Reply, ReplyKind, Send
+from bot.neutral import Command, DraftingSend, Question, Reply, ReplyKind, Send, Stage, StatusSend
 from bot.observability.metrics import Metrics
 from bot.rate_limits import person_in_workspace
 from bot.streaming import DraftPacer
@@ -63,6 +67,12 @@ def retrieval_query(question: Question) -> str:
     carries what "it" is. Without context, the question unchanged."""
     earlier = [message.strip()[:CONTEXT_CHARS] for message in question.context[-CONTEXT_MESSAGES:]]
     return "\n".join([*(m for m in earlier if m), question.text.strip()])
+
+
+async def show_stage(send: Send, stage: Stage) -> None:
+    """Tells ``send`` the stage, when it can show one (a :class:`~bot.neutral.StatusSend`)."""
+    if isinstance(send, StatusSend):
+        await send.show_stage(stage)
 
 
 class QuestionHandling:
@@ -106,6 +116,7 @@ class QuestionHandling:
         if wait > 0:
             await send(Reply(ReplyKind.INFO, replies.question_limit_text(limit, wait), private=True, thread=event.thread))
             return "refused"
+        await show_stage(send, Stage.SEARCHING)
         context = event.context if isinstance(event, Question) else ()
         query = retrieval_query(Question(key, event.person, text, event.thread, context))
         with metered() as meter:  # what the answer's model calls cost, wherever they run
@@ -137,6 +148,7 @@ class QuestionHandling:
         pacer = DraftPacer(send.draft(event.thread))
         try:
             stream: AnswerStream = await self._engine.answer_stream(event.channel, query)
+            await show_stage(send, Stage.WRITING)
             async for piece in stream:
                 pacer.add(piece)
             return await self._reply_with(event, text, stream.answer, pacer.finish)

@@ -29,6 +29,14 @@ from bot.texts.answers import (
     hit_line,
     vote_text,
 )
+from bot.texts.assistant import (
+    DISTRIBUTED_REFUSAL,
+    GENERAL_PROMPTS,
+    PROMPTS_TITLE,
+    channel_prompts,
+    not_a_member_text,
+    stage_text,
+)
 from bot.texts.outline import outline_text
 from bot.texts.requests import (
     SHARED_CHANNEL,
@@ -99,4 +107,7 @@ __all__ = [
     "stored_cap_text",
     "too_large_text", "unexpected_text", "unknown_channel_text", "unpin_kept_text", "unpinned_text", "updated_text",
     "upload_budget_text", "upload_limit_text", "usage_text", "vote_text", "when",
+    # the assistant container (bot.texts.assistant)
+    "DISTRIBUTED_REFUSAL", "GENERAL_PROMPTS", "PROMPTS_TITLE", "channel_prompts", "not_a_member_text",
+    "stage_text",
 ]

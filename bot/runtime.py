@@ -32,6 +32,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from bot.assistant_threads import AssistantThreads, LocalThreadState, SharedThreadState
 from bot.config import Config
 from bot.coordination.deliveries import DeliveryLedger, LocalLedger
 from bot.engine_calls import AsyncEngine
@@ -78,6 +79,9 @@ class Assistant:
             self.scheduler = RebuildScheduler(engine, config.bot, self.metrics, budget, self.couriers)
             self.deliveries = deliveries or LocalLedger()
         limiters = front_end.limiters if front_end is not None else None
+        # Each assistant thread's viewed channel: shared by the replicas when they are coordinated.
+        thread_state = SharedThreadState(front_end.link) if front_end is not None else LocalThreadState()
+        self.assistant_threads = AssistantThreads(engine, thread_state)
         self.handler = ChatHandler(engine, config, self.scheduler, limiters=limiters, metrics=self.metrics,
                                    budget=budget)
         self._warm_up: threading.Thread | None = None

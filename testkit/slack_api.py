@@ -8,6 +8,8 @@ adapter meets:
   ``conversations.replies``/``history``/``open``/``info`` (Slack Connect channels: :meth:`SlackStandIn.share_channel`), ``users.info`` (guests of another organisation: ``add_user(team=...)``),
   ``reactions.add``/``remove``, ``files.info``, ``views.open`` (a modal's basic shape checked),
   ``files.getUploadURLExternal`` + the upload URL + ``files.completeUploadExternal``,
+  the assistant container's ``assistant.threads.setStatus``/``setTitle``/``setSuggestedPrompts``,
+  ``users.conversations`` and its events (:class:`AssistantContainer`),
   and for streamed answers ``chat.startStream``/``appendStream``/``stopStream``,
   ``chat.update`` and ``chat.delete``; :attr:`SlackStandIn.streaming_refusal` refuses
   streaming, :attr:`SlackStandIn.update_limit` rate-limits updates with HTTP 200
@@ -55,7 +57,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import aiohttp
 from aiohttp import web
@@ -142,6 +144,128 @@ class _Socket:
     silent: bool = False  # open and answering pings, but delivering nothing (see go_silent)
 
 
+# -- the assistant container (issue 30): assistant.threads.*, users.conversations, assistant events ----------
+#
+# Shapes as Slack documents them (docs.slack.dev/reference/methods/assistant.threads.setStatus,
+# .setTitle, .setSuggestedPrompts; /reference/events/assistant_thread_started and
+# assistant_thread_context_changed; /reference/methods/users.conversations) and as bolt-python's
+# own tests send them (tests/scenario_tests_async/test_events_assistant.py: the two events, the
+# question in the thread as a message with channel_type "im" and thread_ts, the thread's root
+# of subtype "assistant_app_thread"). Kept apart from the rest so it can be read, and merged, alone.
+
+MAX_SUGGESTED_PROMPTS = 4  # Slack shows at most four
+
+
+def assistant_problem(method: str, params: Mapping[str, Any]) -> str:
+    """Slack's error for an ``assistant.threads.*`` call it would refuse, else ``""``."""
+    if not params.get("channel_id") or (method != "setSuggestedPrompts" and not params.get("thread_ts")):
+        return "invalid_arguments"
+    if method == "setStatus" and not isinstance(params.get("status"), str):
+        return "invalid_arguments"
+    if method == "setTitle" and not str(params.get("title") or "").strip():
+        return "invalid_arguments"
+    if method == "setSuggestedPrompts":
+        prompts = params.get("prompts")
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_SUGGESTED_PROMPTS:
+            return "invalid_arguments"
+        if not all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts):
+            return "invalid_arguments"
+    return ""
+
+
+def assistant_event(team: str, event_ts: str, kind: str, user: str, dm: str, thread_ts: str,
+                    viewing: str) -> dict[str, Any]:
+    """An ``assistant_thread_started`` or ``assistant_thread_context_changed`` event (``viewing``:
+    the channel viewed beside the thread, empty for none: an empty ``context``)."""
+    context = {"channel_id": viewing, "team_id": team, "enterprise_id": None} if viewing else {}
+    return {"type": kind, "assistant_thread": {"user_id": user, "context": context, "channel_id": dm,
+                                               "thread_ts": thread_ts}, "event_ts": event_ts}
+
+
+class StandInCore(Protocol):
+    """What :class:`AssistantContainer` uses of the rest of :class:`SlackStandIn`."""
+
+    team: str
+
+    def next_ts(self) -> str: ...
+
+    def store_message(self, channel: str, message: dict[str, Any]) -> dict[str, Any]: ...
+
+    def calls_of(self, method: str, **where: Any) -> list[ApiCall]: ...
+
+    async def deliver_event(self, event: dict[str, Any], *, event_id: str = "", retry: int = 0) -> Delivery: ...
+
+    async def user_says(self, channel: str, user: str, text: str, *, thread_ts: str | None = None,
+                        im: bool = False) -> tuple[dict[str, Any], list[Delivery]]: ...
+
+
+class AssistantContainer:
+    """The part of :class:`SlackStandIn` that plays Slack's assistant container: the
+    ``assistant.threads.*`` methods (recorded as calls; :meth:`statuses` reads a thread's
+    status lines back), ``users.conversations`` over the members set with :meth:`join`, and
+    what a person does in the side panel (:meth:`open_assistant`, :meth:`view_channel`,
+    :meth:`ask_assistant`). A status set in a channel thread is taken, unless
+    :attr:`statuses_in_channels` is False (then refused with ``channel_type_not_supported``)."""
+
+    members: dict[str, set[str]]
+    statuses_in_channels: bool
+
+    def init_assistant(self) -> None:
+        self.members = {}
+        self.statuses_in_channels = True
+
+    def join(self, channel: str, *users: str) -> None:
+        """``users`` become members of ``channel`` (``users.conversations`` lists it for them)."""
+        self.members.setdefault(channel, set()).update(users)
+
+    def _m_assistant_threads_setStatus(self, params: dict[str, Any]) -> dict[str, Any]:
+        problem = assistant_problem("setStatus", params)
+        if not problem and not str(params.get("channel_id")).startswith("D") and not self.statuses_in_channels:
+            problem = "channel_type_not_supported"
+        return {"ok": False, "error": problem} if problem else {}
+
+    def _m_assistant_threads_setTitle(self, params: dict[str, Any]) -> dict[str, Any]:
+        problem = assistant_problem("setTitle", params)
+        return {"ok": False, "error": problem} if problem else {}
+
+    def _m_assistant_threads_setSuggestedPrompts(self, params: dict[str, Any]) -> dict[str, Any]:
+        problem = assistant_problem("setSuggestedPrompts", params)
+        return {"ok": False, "error": problem} if problem else {}
+
+    def _m_users_conversations(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = str(params.get("user") or "")
+        channels = sorted(c for c, people in self.members.items() if user in people)
+        return {"channels": [{"id": c, "name": c.lower(), "is_channel": True, "is_member": True} for c in channels],
+                "response_metadata": {"next_cursor": ""}}
+
+    def statuses(self: StandInCore, channel: str, thread_ts: str) -> list[tuple[str, float]]:
+        """The status lines set on a thread, in order, each with when it was set."""
+        return [(str(c.params.get("status")), c.at)
+                for c in self.calls_of("assistant.threads.setStatus", channel_id=channel, thread_ts=thread_ts)]
+
+    async def open_assistant(self: StandInCore, user: str, viewing: str = "") -> tuple[str, str, Delivery]:
+        """The person opens a new thread in the container while viewing the channel ``viewing``
+        (empty: none): its root is kept, ``assistant_thread_started`` delivered. The direct
+        conversation, the thread's ts, and the delivery."""
+        dm, thread_ts = f"D{user}", self.next_ts()
+        self.store_message(dm, {"type": "message", "subtype": "assistant_app_thread", "user": user,
+                                "text": "New chat", "ts": thread_ts, "thread_ts": thread_ts, "channel": dm})
+        started = assistant_event(self.team, self.next_ts(), "assistant_thread_started", user, dm, thread_ts, viewing)
+        delivery = await self.deliver_event(started)
+        return dm, thread_ts, delivery
+
+    async def view_channel(self: StandInCore, user: str, dm: str, thread_ts: str, viewing: str) -> Delivery:
+        """The person turns to another channel with the thread open: ``assistant_thread_context_changed``."""
+        return await self.deliver_event(assistant_event(self.team, self.next_ts(), "assistant_thread_context_changed",
+                                                        user, dm, thread_ts, viewing))
+
+    async def ask_assistant(self: StandInCore, user: str, dm: str, thread_ts: str,
+                            text: str) -> tuple[dict[str, Any], list[Delivery]]:
+        """The person asks in the thread: a ``message`` with ``channel_type`` ``im`` and the thread's ts."""
+        message, deliveries = await self.user_says(dm, user, text, thread_ts=thread_ts, im=True)
+        return message, deliveries
+
+
 def as_slack_keeps(blocks: Any) -> list[Any]:
     """A message's blocks as Slack stores them: a markdown block's ``block_id`` dropped
     (Slack's reference: it "is ignored … and will not be retained")."""
@@ -159,7 +283,7 @@ def sign(secret: str, timestamp: str, body: str | bytes) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
-class SlackStandIn:
+class SlackStandIn(AssistantContainer):
     """See the module docstring. ``async with SlackStandIn() as slack: ...`` starts and stops it."""
 
     def __init__(
@@ -197,6 +321,7 @@ class SlackStandIn:
         self._session: aiohttp.ClientSession | None = None
         self.port = 0
         self.add_user(BOT_USER, "raptor")
+        self.init_assistant()
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -260,6 +385,10 @@ class SlackStandIn:
     def _store(self, channel: str, message: dict[str, Any]) -> dict[str, Any]:
         self.messages.setdefault(channel, []).append(message)
         return message
+
+    def store_message(self, channel: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Keeps ``message`` in ``channel`` as Slack would (nothing delivered)."""
+        return self._store(channel, message)
 
     def message(self, channel: str, ts: str) -> dict[str, Any] | None:
         return next((m for m in self.messages.get(channel, ()) if m.get("ts") == ts), None)

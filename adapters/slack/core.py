@@ -27,6 +27,7 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import translate, web as slack_web
+from adapters.slack.assistant_web import AssistantWeb
 from adapters.slack.downloads import Downloader
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.sending import SlackSend
@@ -58,6 +59,7 @@ class HandlingCore:
         self.identity = identity
         self.people = People(client, identity.team_id)
         self.shared = SharedChannels(client)
+        self.assistant = AssistantWeb(client)  # the assistant container: status lines, memberships, names
         self.outbox = Outbox(client, session, team=identity.team_id)  # streaming names the workspace
         self.downloader = Downloader(session, config.bot_token.get_secret_value(), bot.max_upload_bytes,
                                      config.api_base_url)

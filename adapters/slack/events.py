@@ -4,7 +4,9 @@ An ``event_callback`` payload is first *classified* (:func:`classify_event`) int
 small value saying what arrived and where (an :class:`~adapters.slack.payload.Origin`):
 a question addressed to the bot (:class:`Asked`), a message in a thread that may be a
 follow-up (:class:`FollowUp`), shared files (:class:`FilesShared`, :class:`FileNotice`),
-a pin change (:class:`Pinned`, :class:`Unpinned`), or :class:`Ignored` with the reason.
+a pin change (:class:`Pinned`, :class:`Unpinned`), an assistant thread opened or viewed beside
+another channel (:class:`~adapters.slack.assistant_events.ThreadViewed`), or :class:`Ignored`
+with the reason.
 The app then fetches what Slack did not send (the person, the thread) and calls
 :func:`question`, :func:`pin` or :func:`unpin` to make the neutral event.
 
@@ -19,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.slack.assistant_events import ASSISTANT_EVENTS, ThreadViewed, thread_viewed
 from adapters.slack.files import SlackFile, slack_file
 from adapters.slack.payload import (
     BotIdentity,
@@ -52,6 +55,12 @@ class Asked:
         if self.direct:
             return self.origin.thread_ts
         return self.origin.thread_ts or self.origin.ts
+
+    @property
+    def in_assistant_thread(self) -> bool:
+        """A direct message in a thread: a question in the assistant container (bolt-python's
+        ``is_user_message_event_in_assistant_thread``)."""
+        return self.direct and bool(self.origin.thread_ts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +121,7 @@ class Ignored:
     reason: str
 
 
-Arrival = Asked | FollowUp | FilesShared | FileNotice | Pinned | Unpinned | Ignored
+Arrival = Asked | FollowUp | FilesShared | FileNotice | Pinned | Unpinned | ThreadViewed | Ignored
 
 
 # -- classification ----------------------------------------------------------------
@@ -135,6 +144,8 @@ def classify_event(body: Payload, identity: BotIdentity) -> Arrival:
         return _file_notice(event, team)
     if kind in ("pin_added", "pin_removed"):
         return _pin_change(event, team, kind == "pin_added", identity)
+    if kind in ASSISTANT_EVENTS:
+        return thread_viewed(event, team) or Ignored(f"an {kind} event without its thread")
     return Ignored(f"event type {kind!r} is not used")
 
 

@@ -16,6 +16,9 @@
   retries: the bot's delivery ledger (``Assistant.first_delivery``, shared by the
   replicas) remembers ``slack:event:<event_id>``. A shared file, which arrives as two
   events (its message and ``file_shared``), is taken once by ``slack:file:<channel>:<file id>``;
+* Slack's assistant container (the AI app side panel: a thread opened, the channel viewed
+  beside it, a question there) is :mod:`adapters.slack.assistant_flows`'; a new thread's
+  event takes no slot, as its suggested prompts are due within 3 s;
 * deletions (a file, a message) and channels archived, deleted or left by the bot, and
   their reverse, are read by :mod:`adapters.slack.removals` and handed to the bot's
   ``handler.follow``: nobody is answered;
@@ -54,7 +57,8 @@ from typing import Any
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import interaction_flows, question_flows, removals, source_flows, translate
+from adapters.slack import assistant_flows, interaction_flows, question_flows, removals, source_flows, translate
+from adapters.slack.assistant_events import ASSISTANT_EVENTS, ThreadViewed
 from adapters.slack.core import HandlingCore
 from adapters.slack.outbox import Target
 from adapters.slack.translate import (
@@ -129,7 +133,10 @@ class SlackHandling(HandlingCore):
         return send
 
     def on_event(self, body: Mapping[str, Any]) -> None:
-        self.spawn(self._event(body), "slack event")
+        """An event; a new assistant thread's takes no slot (its prompts are due within 3 s)."""
+        event = body.get("event")
+        kind = event.get("type") if isinstance(event, Mapping) else None
+        self.spawn(self._event(body), "slack event", urgent=kind in ASSISTANT_EVENTS)
 
     def on_command(self, body: Mapping[str, Any]) -> None:
         self.spawn(interaction_flows.slash_command(self, body), "slack command")
@@ -209,11 +216,16 @@ class SlackHandling(HandlingCore):
                 await source_flows.reply_deleted(self, reply)
             return
         arrival = translate.classify_event(body, self.identity)
+        if isinstance(arrival, ThreadViewed):
+            await assistant_flows.thread_viewed(self, arrival)
+            return
         shared = body.get("is_ext_shared_channel")
         if not isinstance(arrival, Ignored) and isinstance(shared, bool):
             self.shared.note(arrival.origin.channel, shared)  # Slack's own word, fresher than a lookup
         if isinstance(arrival, Ignored):
             log.debug("event %s ignored: %s", body.get("event_id"), arrival.reason)
+        elif isinstance(arrival, Asked) and arrival.in_assistant_thread:
+            await assistant_flows.asked_in_container(self, arrival)
         elif isinstance(arrival, Asked):
             await question_flows.asked(self, arrival)
         elif isinstance(arrival, FollowUp):

@@ -35,13 +35,15 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from adapters.slack import translate
+from adapters.slack.assistant_events import ASSISTANT_EVENTS
 from adapters.slack.handling import SlackHandling
 from adapters.slack.removals import FOLLOWED_EVENTS
 from bot.config import SlackConfig
 
 log = logging.getLogger(__name__)
 
-HANDLED_EVENTS = ("app_mention", "message", "file_shared", "pin_added", "pin_removed", *FOLLOWED_EVENTS)
+HANDLED_EVENTS = ("app_mention", "message", "file_shared", "pin_added", "pin_removed", *ASSISTANT_EVENTS,
+                  *FOLLOWED_EVENTS)
 
 class _ClientTokenNotice(logging.Filter):
     """Drops bolt's warning that a token is unused because a client was given.

@@ -7,6 +7,7 @@
 * :mod:`bot.texts.outline` — the tree outline, as text and as the picture's labels;
 * :mod:`bot.texts.sources` — sources listed, added, refused and removed;
 * :mod:`bot.texts.requests` — help, usage, refusals, rate limits and errors;
+* :mod:`bot.texts.assistant` — an AI assistant's side panel: prompts, status lines, scope;
 * :mod:`bot.texts.session` — what the operator reads as a serving session starts and ends.
 
 All functions are pure: plain values in, plain text (or a neutral reply) out; nothing

@@ -7,6 +7,8 @@ from pathlib import Path
 import yaml
 
 import adapters.slack
+from adapters.slack.assistant_events import ASSISTANT_EVENTS
+from adapters.slack.listeners import HANDLED_EVENTS
 from adapters.slack.removals import FOLLOWED_EVENTS
 from bot.config import SlackConfig
 
@@ -30,3 +32,19 @@ def test_the_manifest_matches_the_adapter() -> None:
               "channels:read", "groups:read", "im:read", "mpim:read"}  # conversations.info (Slack Connect)
     assert needed <= scopes
     assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
+
+
+def test_the_manifest_declares_the_assistant_container() -> None:
+    """Issue 30, point 4: the assistant view with its description and prompts, the events the
+    adapter listens to for it (questions there are message.im), and the assistant:write scope."""
+    manifest = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    view = manifest["features"]["assistant_view"]
+    assert view["assistant_description"].strip()
+    prompts = view["suggested_prompts"]
+    assert 3 <= len(prompts) <= 4 and all(p["title"] and p["message"] for p in prompts)
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    assert {"assistant_thread_started", "assistant_thread_context_changed", "message.im"} <= events
+    assert set(ASSISTANT_EVENTS) <= set(HANDLED_EVENTS) and set(ASSISTANT_EVENTS) <= events
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    # assistant.threads.*, and users.conversations (channels:read, groups:read) for memberships.
+    assert {"assistant:write", "chat:write", "channels:read", "groups:read", "im:history"} <= scopes

@@ -1,0 +1,167 @@
+"""An AI assistant's threads, platform-neutral: what a new thread suggests, what a question
+there is answered from, its title, and the channel each thread is viewed beside.
+
+Platforms with an assistant side panel (Slack's assistant container) open a *thread* per
+conversation and say which channel the person is viewing beside it. The adapter reads
+that; the decisions are here, reached through ``Assistant.assistant_threads``:
+
+* :meth:`AssistantThreads.prompts`: at least three prompts for every new thread; when the
+  person views a channel that has a tree and they are a member of it, two about that channel
+  lead (wording in :mod:`bot.texts.assistant`);
+* :func:`scope`: a question is answered from the viewed channel's tree only when the asker
+  is a member of that channel (:attr:`~bot.neutral.Scope.VIEWED`); otherwise it is answered from nothing
+  and says why (:attr:`~bot.neutral.Scope.NOT_A_MEMBER`); with no channel viewed, the conversation's own
+  material answers, as for any direct message (:attr:`~bot.neutral.Scope.OWN`);
+* :func:`thread_title`: the thread is titled from its first question, at most
+  :data:`MAX_TITLE_CHARS` characters;
+* the viewed channel of each thread, and whether it had its first question, are kept in
+  :class:`SharedThreadState` (Redis) when processes are coordinated, so any replica that
+  gets the next event knows them; in :class:`LocalThreadState` (this process) otherwise.
+  Without Redis for a moment, the shared state falls back to this process's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Protocol
+
+from bot import replies
+from bot.coordination.link import CoordinationDown, RedisLink
+from bot.engine_calls import AsyncEngine
+from bot.neutral import Scope, SuggestedPrompt
+from raptor_engine import ChannelKey, RaptorError
+
+log = logging.getLogger(__name__)
+
+MAX_TITLE_CHARS = 60
+THREAD_TTL_S = 30 * 24 * 3600  # a thread's state is kept this long after it was last set
+LOCAL_THREADS = 10_000  # threads one process remembers
+
+
+def scope(viewed: str, member: bool) -> Scope:
+    """The scope of a question asked beside the channel id ``viewed`` (empty: none) by a
+    person who is (``member``) or is not a member of it."""
+    if not viewed:
+        return Scope.OWN
+    return Scope.VIEWED if member else Scope.NOT_A_MEMBER
+
+
+def thread_title(question: str) -> str:
+    """A thread's title from its first question: one line, at most :data:`MAX_TITLE_CHARS`
+    characters, cut at a word with an ellipsis when longer."""
+    line = " ".join(question.split())
+    if len(line) <= MAX_TITLE_CHARS:
+        return line
+    cut = line[: MAX_TITLE_CHARS - 1]
+    if " " in cut[MAX_TITLE_CHARS // 2:]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+class ThreadState(Protocol):
+    """Where each thread's viewed channel and first question are kept; ``thread`` is a
+    platform-qualified thread id."""
+
+    async def set_viewed(self, thread: str, channel: str) -> None: ...
+
+    async def viewed(self, thread: str) -> str: ...
+
+    async def first_question(self, thread: str) -> bool:
+        """True the first time it is asked for ``thread`` (then remembered), else False."""
+        ...
+
+
+class LocalThreadState:
+    """The threads of this process, the last :data:`LOCAL_THREADS` of them."""
+
+    def __init__(self, size: int = LOCAL_THREADS) -> None:
+        self._size = size
+        self._viewed: OrderedDict[str, str] = OrderedDict()
+        self._asked: OrderedDict[str, None] = OrderedDict()
+
+    async def set_viewed(self, thread: str, channel: str) -> None:
+        self._viewed[thread] = channel
+        self._viewed.move_to_end(thread)
+        while len(self._viewed) > self._size:
+            self._viewed.popitem(last=False)
+
+    async def viewed(self, thread: str) -> str:
+        return self._viewed.get(thread, "")
+
+    async def first_question(self, thread: str) -> bool:
+        if thread in self._asked:
+            return False
+        self._asked[thread] = None
+        while len(self._asked) > self._size:
+            self._asked.popitem(last=False)
+        return True
+
+
+class SharedThreadState:
+    """The threads every replica sees, in Redis for :data:`THREAD_TTL_S`; this process's
+    memory while Redis cannot be reached (the link logs the outage)."""
+
+    def __init__(self, link: RedisLink, ttl_s: int = THREAD_TTL_S) -> None:
+        self._link = link
+        self._ttl_s = ttl_s
+        self._local = LocalThreadState()
+
+    async def set_viewed(self, thread: str, channel: str) -> None:
+        await self._local.set_viewed(thread, channel)
+        try:
+            await self._link.run(lambda r: r.set(self._link.key("assistant", "viewed", thread), channel, ex=self._ttl_s))
+        except CoordinationDown:
+            pass
+
+    async def viewed(self, thread: str) -> str:
+        try:
+            value = await self._link.run(lambda r: r.get(self._link.key("assistant", "viewed", thread)))
+        except CoordinationDown:
+            return await self._local.viewed(thread)
+        return str(value or "")
+
+    async def first_question(self, thread: str) -> bool:
+        try:
+            fresh = await self._link.run(
+                lambda r: r.set(self._link.key("assistant", "asked", thread), "1", nx=True, ex=self._ttl_s))
+        except CoordinationDown:
+            return await self._local.first_question(thread)
+        return bool(fresh)
+
+
+class AssistantThreads:
+    """The decisions and the state of assistant threads (see the module docstring)."""
+
+    def __init__(self, engine: AsyncEngine, state: ThreadState) -> None:
+        self._engine = engine
+        self.state = state
+
+    @staticmethod
+    def scope(viewed: str, member: bool) -> Scope:
+        """See :func:`scope`."""
+        return scope(viewed, member)
+
+    @staticmethod
+    def title(question: str) -> str:
+        """See :func:`thread_title`."""
+        return thread_title(question)
+
+    async def prompts(self, viewed: ChannelKey | None = None, name: str = "", member: bool = False) -> list[SuggestedPrompt]:
+        """The prompts of a new thread: two about ``viewed`` (named ``name``) first, when the
+        person is a ``member`` of it and it has a tree; then the general ones, four at most
+        in all (Slack shows at most four)."""
+        prompts = [SuggestedPrompt(title, message) for title, message in replies.GENERAL_PROMPTS]
+        if viewed is not None and member and name and await self._has_tree(viewed):
+            about = [SuggestedPrompt(title, message) for title, message in replies.channel_prompts(name)]
+            prompts = about + prompts
+        return prompts[:4]
+
+    async def _has_tree(self, key: ChannelKey) -> bool:
+        """Whether the channel has a built tree; False (logged) when the store cannot say."""
+        try:
+            stats = await self._engine.stats(key)
+        except RaptorError as exc:
+            log.info("channel %s: no tree to suggest prompts about (%s)", key, exc)
+            return False
+        return stats.version > 0

@@ -1,0 +1,162 @@
+"""Slack's assistant container (issue 30, point 1), end to end: the real slack-bolt ``AsyncApp``
+against the stand-in (``testkit/slack_api.py``, :class:`~testkit.slack_api.AssistantContainer`),
+the real engine on embedded Chroma.
+
+Payload shapes: ``assistant_thread_started`` / ``assistant_thread_context_changed`` and the
+question (a ``message`` with ``channel_type: "im"`` and the thread's ``thread_ts``) as
+bolt-python's ``tests/scenario_tests_async/test_events_assistant.py`` sends them and Slack's
+event reference describes them; the thread's root of subtype ``assistant_app_thread`` as in
+that file's ``message_changed`` fixture. ``assistant.threads.setSuggestedPrompts`` / ``setTitle``
+arguments as docs.slack.dev documents them (at most four prompts, each a title and a message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from adapters.slack.app import SlackRunning
+from bot import replies
+from bot.assistant_threads import MAX_TITLE_CHARS, AssistantThreads, SharedThreadState, thread_title
+from bot.coordination.link import RedisLink
+from bot.deploy_config import CoordinationConfig
+from bot.engine_calls import AsyncEngine
+from bot.neutral import Question
+from bot.runtime import Assistant
+from raptor_engine.embedding import SentenceTransformerEmbedder
+from raptor_engine.engine import Engine
+from raptor_engine.store import ChromaStore
+from testkit.cluster import COORDINATION_SECRET
+from testkit.slack_api import SlackStandIn, app_running
+from testkit.valkey import ValkeyProcess
+from tests.adapters.recording import recorded
+from tests.adapters.slack.test_app import ANA, BEN, ON_CALL, bot_config, key, run, settle
+from tests.conftest import SAMPLE, make_engine
+
+BUILT = "CBUILT"  # holds the sample handbook, its tree built
+PROMPTS_WITHIN_S = 3.0
+LONG_QUESTION = ("What exactly does the on-call engineer have to do during the first hour of an incident, "
+                 "and who do they tell?")
+
+
+@pytest.fixture(scope="module")
+def built_engine(embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    engine = make_engine(ChromaStore.embedded(tmp_path_factory.mktemp("built") / "chroma"), embedder)
+    engine.ingest_bytes(key(BUILT), SAMPLE.read_bytes(), "aurora-handbook.md", "https://x.test/f", "Ana", "F0")
+    asyncio.run(engine.rebuild(key(BUILT)))
+    return engine
+
+
+def prompts_for(slack: SlackStandIn, dm: str, thread_ts: str) -> list[dict[str, str]]:
+    [call] = slack.calls_of("assistant.threads.setSuggestedPrompts", channel_id=dm, thread_ts=thread_ts)
+    return list(call.params["prompts"])
+
+
+def test_a_new_thread_gets_prompts_about_the_channel_viewed_only_by_its_members(
+        built_engine: Engine, tmp_path: Path) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        slack.join(BUILT, ANA)
+        dm, thread, delivery = await slack.open_assistant(ANA, viewing=BUILT)
+        await slack.wait_until(lambda: slack.calls_of("assistant.threads.setSuggestedPrompts", channel_id=dm),
+                               timeout=PROMPTS_WITHIN_S, what="the prompts")
+        [call] = slack.calls_of("assistant.threads.setSuggestedPrompts", channel_id=dm)
+        assert call.at - delivery.sent_at < PROMPTS_WITHIN_S
+        prompts = prompts_for(slack, dm, thread)
+        assert len(prompts) >= 3
+        assert prompts[0]["title"] == "Summarise #cbuilt's material"
+        assert any(p["title"] == "What changed in #cbuilt this week?" for p in prompts)
+
+        # Ben views the same channel but is no member of it; a channel without a tree; no channel.
+        for user, viewing in ((BEN, BUILT), (ANA, "CEMPTY"), (ANA, "")):
+            slack.join("CEMPTY", ANA)
+            dm, thread, _ = await slack.open_assistant(user, viewing=viewing)
+            await slack.wait_until(lambda: slack.calls_of("assistant.threads.setSuggestedPrompts", thread_ts=thread),
+                                   timeout=PROMPTS_WITHIN_S, what="the prompts")
+            prompts = prompts_for(slack, dm, thread)
+            assert len(prompts) >= 3 and not any("#" in p["title"] for p in prompts), (user, viewing, prompts)
+
+    run(built_engine, tmp_path, "socket", body)
+
+
+def test_a_question_is_answered_from_the_viewed_channel_for_its_members_only(
+        built_engine: Engine, tmp_path: Path) -> None:
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        events = recorded(bot)
+        slack.join(BUILT, ANA)
+        # Ana opens a thread viewing nothing, then turns to the channel: the change is kept.
+        dm, thread, _ = await slack.open_assistant(ANA)
+        await slack.view_channel(ANA, dm, thread, BUILT)
+        await settle(running, bot)
+        asked, _ = await slack.ask_assistant(ANA, dm, thread, LONG_QUESTION)
+        [answer] = await slack.wait_until(lambda: slack.posts(dm, thread), what="the answer")
+        await settle(running, bot)
+        [question] = [e for e in events if isinstance(e, Question)]
+        assert question.channel == key(BUILT) and question.thread == thread
+        assert "[1]" in answer["text"], answer["text"]
+        # The thread is titled from its first question, once.
+        [title] = slack.calls_of("assistant.threads.setTitle", channel_id=dm, thread_ts=thread)
+        assert title.params["title"] == thread_title(LONG_QUESTION)
+        assert len(title.params["title"]) <= MAX_TITLE_CHARS and title.params["title"].endswith("…")
+        await slack.ask_assistant(ANA, dm, thread, ON_CALL)
+        await slack.wait_until(lambda: len(slack.posts(dm, thread)) == 2, what="the second answer")
+        await settle(running, bot)
+        assert len(slack.calls_of("assistant.threads.setTitle", thread_ts=thread)) == 1
+
+        # Ben views the channel without being a member: told so, and nothing is searched.
+        dm, thread, _ = await slack.open_assistant(BEN, viewing=BUILT)
+        await slack.ask_assistant(BEN, dm, thread, ON_CALL)
+        [refusal] = await slack.wait_until(lambda: slack.posts(dm, thread), what="the refusal")
+        await settle(running, bot)
+        assert refusal["text"] == replies.not_a_member_text("cbuilt")
+        assert len([e for e in events if isinstance(e, Question)]) == 2  # Ana's two only
+
+    run(built_engine, tmp_path, "socket", body)
+
+
+def test_the_viewed_channel_is_shared_by_coordinated_replicas(built_engine: Engine, tmp_path: Path) -> None:
+    """The context arrives at one replica, the question at another (HTTP mode behind a
+    balancer): with the thread state in Redis (a real Valkey), the second knows the channel.
+    In each process's memory alone, it would answer from the direct conversation (no material)."""
+
+    async def session(valkey: ValkeyProcess) -> None:
+        coordination = CoordinationConfig.model_validate({"redis_url": valkey.url, "connect_timeout_s": 0.5,
+                                                        "secret": COORDINATION_SECRET})
+        bots = [Assistant(bot_config(tmp_path / name), AsyncEngine(built_engine)) for name in ("one", "two")]
+        links = [RedisLink(coordination) for _ in bots]
+        for bot, link in zip(bots, links, strict=True):
+            bot.assistant_threads = AssistantThreads(bot.calls, SharedThreadState(link))
+            await bot.start(warm_up=False)
+        try:
+            async with SlackStandIn() as slack:
+                slack.add_user(ANA, "Ana", admin=True)
+                slack.join(BUILT, ANA)
+                async with app_running(bots[0], slack, "http") as one, app_running(bots[1], slack, "http") as two:
+                    slack.app_url = one.url
+                    dm, thread, _ = await slack.open_assistant(ANA)
+                    await slack.view_channel(ANA, dm, thread, BUILT)
+                    await settle(one, bots[0])
+                    slack.app_url = two.url
+                    await slack.ask_assistant(ANA, dm, thread, ON_CALL)
+                    [answer] = await slack.wait_until(lambda: slack.posts(dm, thread), what="the answer")
+                    await settle(two, bots[1])
+                    assert "[1]" in answer["text"] and answer["text"] != replies.NO_MATERIAL
+        finally:
+            for bot, link in zip(bots, links, strict=True):
+                await bot.stop()
+                await link.close()
+
+    server = ValkeyProcess(directory=tmp_path / "valkey")
+    server.start()
+    try:
+        asyncio.run(session(server))
+    finally:
+        server.stop()
+
+
+def test_thread_titles_are_one_line_of_at_most_sixty_characters() -> None:
+    assert thread_title("  What is\n the on-call rota?  ") == "What is the on-call rota?"
+    title = thread_title("word " * 40)
+    assert len(title) <= MAX_TITLE_CHARS and title.endswith("…") and "\n" not in title
+    assert len(thread_title("x" * 200)) == MAX_TITLE_CHARS
