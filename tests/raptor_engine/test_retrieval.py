@@ -12,8 +12,9 @@ from raptor_engine.engine import Engine
 from raptor_engine.lexical import LexicalIndex, count_terms, joined
 from raptor_engine.retrieval import OVERVIEW_GIST, RetrievalSettings, cost, fill_budget
 from raptor_engine.scope import ScopeKind, assess, summary_map
-from raptor_engine.types import ChannelKey, Hit, Node
+from raptor_engine.types import ChannelKey, Document, Hit, Node
 from tests.conftest import SAMPLE
+from tests.raptor_engine.test_answering import LIGHTHOUSE
 
 
 def hit(node_id: str, text: str, tokens: int, layer: int = 0, score: float = 0.5) -> Hit:
@@ -158,11 +159,27 @@ def test_a_fresh_document_gives_its_opening_before_any_build(engine: Engine, cha
     assert_gist_then_opening(engine.retrieve(channel, OVERVIEW, RetrievalSettings(budget=1100)), 1100)
 
 
-def test_the_subject_of_an_overview_is_the_source_holding_most_of_its_best_leaves() -> None:
+def test_an_overview_has_a_subject_only_in_a_channel_holding_one_document(
+    engine: Engine, channel: ChannelKey
+) -> None:
+    """The handbook alone: its opening follows the gist. With a second document beside it, an
+    overview is of both: each one's root, no opening (the handbook still holds most leaves)."""
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    wide = RetrievalSettings(budget=1100)
+    assert_gist_then_opening(engine.retrieve(channel, OVERVIEW, wide), 1100)
+    engine.ingest(channel, Document(LIGHTHOUSE, "Keepers' manual"))
+    asyncio.run(engine.rebuild(channel))
+    both = engine.retrieve(channel, OVERVIEW, wide)
+    assert len({hit.node.source_ids[0] for hit in both if hit.node.layer > 0 and len(hit.node.source_ids) == 1}) == 2
+
     def leaf(source: str, n: int) -> Hit:
         return Hit(Node(f"{source}.{n}", 0, "text", 10, source_ids=(source,), ordinal=n), 0.5)
 
-    assert retrieval._subject([leaf("a", n) for n in range(10)]) == "a"
-    assert retrieval._subject([*(leaf("a", n) for n in range(8)), leaf("b", 0), leaf("c", 0)]) == "a"
-    assert retrieval._subject([*(leaf("a", n) for n in range(5)), *(leaf("b", n) for n in range(5))]) is None
-    assert retrieval._subject([]) is None
+    one = summary_map([Node("s1", 1, "a summary", 5, children=("a.0",), source_ids=("a",))], np.ones((1, 3)))
+    assert retrieval._subject([leaf("a", n) for n in range(10)], one) == "a"
+    assert retrieval._subject([*(leaf("a", n) for n in range(9)), leaf("b", 0)], one) is None
+    two = summary_map([Node("s1", 1, "x", 5, children=("a.0",), source_ids=("a",)),
+                       Node("s2", 1, "y", 5, children=("b.0",), source_ids=("b",))], np.eye(2, 3))
+    assert retrieval._subject([leaf("a", n) for n in range(10)], two) is None  # b has summaries: not one document
+    assert retrieval._subject([], one) is None
