@@ -71,6 +71,13 @@ class ThreadState(Protocol):
         """True the first time it is asked for ``thread`` (then remembered), else False."""
         ...
 
+    async def set_answered(self, thread: str, channel: str) -> None:
+        """Keeps that ``thread``'s latest answer came from ``channel``'s tree: a click on it (a
+        vote, a summary's children, the 👎 form) is about that channel's material."""
+        ...
+
+    async def answered(self, thread: str) -> str: ...
+
 
 class LocalThreadState:
     """The threads of this process, the last :data:`LOCAL_THREADS` of them."""
@@ -78,16 +85,26 @@ class LocalThreadState:
     def __init__(self, size: int = LOCAL_THREADS) -> None:
         self._size = size
         self._viewed: OrderedDict[str, str] = OrderedDict()
+        self._answered: OrderedDict[str, str] = OrderedDict()
         self._asked: OrderedDict[str, None] = OrderedDict()
 
     async def set_viewed(self, thread: str, channel: str) -> None:
-        self._viewed[thread] = channel
-        self._viewed.move_to_end(thread)
-        while len(self._viewed) > self._size:
-            self._viewed.popitem(last=False)
+        self._keep(self._viewed, thread, channel)
 
     async def viewed(self, thread: str) -> str:
         return self._viewed.get(thread, "")
+
+    async def set_answered(self, thread: str, channel: str) -> None:
+        self._keep(self._answered, thread, channel)
+
+    async def answered(self, thread: str) -> str:
+        return self._answered.get(thread, "")
+
+    def _keep(self, kept: OrderedDict[str, str], thread: str, channel: str) -> None:
+        kept[thread] = channel
+        kept.move_to_end(thread)
+        while len(kept) > self._size:
+            kept.popitem(last=False)
 
     async def first_question(self, thread: str) -> bool:
         if thread in self._asked:
@@ -109,16 +126,31 @@ class SharedThreadState:
 
     async def set_viewed(self, thread: str, channel: str) -> None:
         await self._local.set_viewed(thread, channel)
+        await self._put("viewed", thread, channel)
+
+    async def viewed(self, thread: str) -> str:
+        return await self._get("viewed", thread)
+
+    async def set_answered(self, thread: str, channel: str) -> None:
+        await self._local.set_answered(thread, channel)
+        await self._put("answered", thread, channel)
+
+    async def answered(self, thread: str) -> str:
+        return await self._get("answered", thread)
+
+    async def _put(self, what: str, thread: str, channel: str) -> None:
         try:
-            await self._link.run(lambda r: r.set(self._link.key("assistant", "viewed", thread), channel, ex=self._ttl_s))
+            await self._link.run(lambda r: r.set(self._link.key("assistant", what, thread), channel, ex=self._ttl_s))
         except CoordinationDown:
             pass
 
-    async def viewed(self, thread: str) -> str:
+    async def _get(self, what: str, thread: str) -> str:
+        """The value kept in Redis; this process's own while Redis cannot be reached."""
         try:
-            value = await self._link.run(lambda r: r.get(self._link.key("assistant", "viewed", thread)))
+            value = await self._link.run(lambda r: r.get(self._link.key("assistant", what, thread)))
         except CoordinationDown:
-            return await self._local.viewed(thread)
+            local = self._local.viewed if what == "viewed" else self._local.answered
+            return await local(thread)
         return str(value or "")
 
     async def first_question(self, thread: str) -> bool:

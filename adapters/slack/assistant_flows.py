@@ -14,7 +14,9 @@ Contracts (the decisions are the bot's: ``bot.assistant_threads`` through
   "reading" at once, then the bot's stages, and is cleared at the end whatever happened; the
   question is answered from the viewed channel's tree only when the asker is a member of that
   channel (``users.conversations``); otherwise the reply says so and nothing is searched; with
-  no channel viewed, the direct conversation's own material answers, as for any direct message.
+  no channel viewed, the direct conversation's own material answers, as for any direct message;
+* :func:`answering_key`: a click on an answer there (a vote, a summary's children, the 👎 form)
+  is about the channel that answered, not the direct conversation it sits in.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ from adapters.slack.assistant_events import ThreadViewed, assistant_thread_id
 from adapters.slack.assistant_web import StatusSlackSend, set_prompts, set_title
 from adapters.slack.core import HandlingCore
 from adapters.slack.outbox import Target
-from adapters.slack.payload import channel_key
+from adapters.slack.payload import Origin, channel_key
 from adapters.slack.question_flows import thread_context
 from adapters.slack.translate import Asked
 from bot import replies
-from bot.neutral import Question, Reply, ReplyKind, Scope
+from bot.neutral import ChannelKey, Question, Reply, ReplyKind, Scope
 
 log = logging.getLogger(__name__)
 
+DIRECT_PREFIX = "D"  # Slack's ids of direct conversations, where assistant threads are
 PROMPTS_WITHIN_S = 3.0  # what the issue asks of a new thread's prompts
 LOOKUPS_WITHIN_S = 1.5  # of which the viewed channel's lookups may take this much
 
@@ -93,4 +96,16 @@ async def asked_in_container(core: HandlingCore, arrival: Asked) -> None:
             if scope is Scope.VIEWED:
                 question = Question(channel_key(core.identity.team_id, viewed), person, arrival.text,
                                     thread=origin.thread_ts, context=context)
+                await threads.state.set_answered(thread_id, viewed)
             await core.handle(question, target, origin.ts, StatusSlackSend(core.outbox, target, status))
+
+
+async def answering_key(core: HandlingCore, origin: Origin) -> ChannelKey:
+    """The channel whose material answered in ``origin``'s thread, for a click or a form about
+    an answer there: in an assistant thread (a direct conversation's thread), the channel its
+    latest answer came from (recorded by :func:`asked_in_container`); anywhere else, where it is."""
+    if not (origin.thread_ts and origin.channel.startswith(DIRECT_PREFIX)):
+        return origin.key
+    thread_id = assistant_thread_id(core.identity.team_id, origin.channel, origin.thread_ts)
+    answered = await core.bot.assistant_threads.state.answered(thread_id)
+    return channel_key(core.identity.team_id, answered) if answered else origin.key

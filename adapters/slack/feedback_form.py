@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.slack.payload import Origin, Payload, as_mapping, as_text
-from bot.neutral import Feedback, Person
+from bot.neutral import ChannelKey, Feedback, Person
 
 CALLBACK_FEEDBACK = "raptor_feedback"  # the modal's callback id (the app listens to the raptor_ prefix)
 BLOCK_REASON = "raptor_feedback_reason"
@@ -118,6 +118,7 @@ def _value(values: Payload, block_id: str, action_id: str) -> str:
     return as_text(as_mapping(as_mapping(values.get(block_id)).get(action_id)).get("value")).strip()
 
 
-def feedback(form: Submission, person: Person) -> Feedback:
-    """The neutral event of a submitted form, by ``person`` (who submitted it)."""
-    return Feedback(form.origin.key, person, form.answer_id, form.reason, form.correction)
+def feedback(form: Submission, person: Person, key: ChannelKey | None = None) -> Feedback:
+    """The neutral event of a submitted form, by ``person`` (who submitted it), about the material
+    of ``key`` (by default the channel of the answer it is about)."""
+    return Feedback(key or form.origin.key, person, form.answer_id, form.reason, form.correction)

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from adapters.slack import translate, web as slack_web
+from adapters.slack.assistant_flows import answering_key
 from adapters.slack.blocks import render_question
 from adapters.slack.core import HandlingCore
 from adapters.slack.outbox import Target
@@ -67,7 +68,7 @@ async def clicked(core: HandlingCore, click: Click) -> None:
     target = _reply_target(click)
     async with core.reporting(target, "a button"):
         person = await core.people.get(click.origin.user)
-        event = click.event(person)
+        event = click.event(person, await answering_key(core, click.origin))
         if click.form_answer:
             # The form it opened answers a 👎: the vote's own thanks would be a second message.
             await core.handle(event, target, send=_errors_only(core, target))
@@ -121,4 +122,4 @@ async def feedback_submitted(core: HandlingCore, form: Submission) -> None:
     target = Target(origin.channel, origin.user, thread=origin.thread_ts)
     async with core.reporting(target, "feedback"):
         person = await core.people.get(origin.user)
-        await core.handle(translate.feedback(form, person), target)
+        await core.handle(translate.feedback(form, person, await answering_key(core, origin)), target)

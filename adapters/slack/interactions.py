@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from adapters.slack.payload import Origin, Payload, as_list, as_mapping, as_text
 from bot.commands import NODE, parse_command
-from bot.neutral import Command, Person, Vote
+from bot.neutral import ChannelKey, Command, Person, Vote
 
 ACTION_NODE = "raptor_node"  # button on a summary citation: its value is the node id
 ACTION_VOTE_UP = "raptor_vote_up"  # feedback buttons: their value is the answer id
@@ -81,12 +81,14 @@ class Click:
         """The answer id of a 👎 (the answer its feedback form is about); empty for any other button."""
         return self.value if self.action_id == ACTION_VOTE_DOWN else ""
 
-    def event(self, person: Person) -> Command | Vote:
+    def event(self, person: Person, key: ChannelKey | None = None) -> Command | Vote:
         """The event the click stands for, by ``person`` (who ``origin.user`` is): a summary's
-        ``node`` command (its children shown in the answer's thread), or a vote on an answer."""
+        ``node`` command (its children shown in the answer's thread), or a vote on an answer;
+        about the material of ``key`` (by default the clicked message's channel)."""
+        key = key or self.origin.key
         if self.action_id == ACTION_NODE:
-            return Command(self.origin.key, person, NODE, self.value, thread=self.origin.thread_ts)
-        return Vote(self.origin.key, person, self.value, up=self.action_id == ACTION_VOTE_UP)
+            return Command(key, person, NODE, self.value, thread=self.origin.thread_ts)
+        return Vote(key, person, self.value, up=self.action_id == ACTION_VOTE_UP)
 
 
 def read_click(body: Payload, team: str) -> Click | None:

@@ -103,6 +103,12 @@ def test_a_question_is_answered_from_the_viewed_channel_for_its_members_only(
         await slack.wait_until(lambda: len(slack.posts(dm, thread)) == 2, what="the second answer")
         await settle(running, bot)
         assert len(slack.calls_of("assistant.threads.setTitle", thread_ts=thread)) == 1
+        # Her 👍 on the answer in her direct conversation counts on the channel that answered.
+        first = next(m for m in slack.thread(dm, thread) if m.get("text") == answer["text"])
+        await slack.click_feedback(dm, ANA, first, up=True)
+        await settle(running, bot)
+        [voted] = [record for record in built_engine.answers(key(BUILT)) if record.votes]
+        assert voted.votes == {ANA: 1} and voted.question == LONG_QUESTION
 
         # Ben views the channel without being a member: told so, and nothing is searched.
         dm, thread, _ = await slack.open_assistant(BEN, viewing=BUILT)
