@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bot import replies
@@ -132,6 +133,9 @@ class ChatHandler:
                     await self._refuse_shared(event, send)
                 elif self._refuses_material(event):
                     await self._refuse_material(event, send)
+                elif isinstance(event, Feedback) and self._refuses_correction(event):
+                    await self._dispatch(replace(event, correction=""), send)
+                    await send(Reply(ReplyKind.INFO, replies.DISTRIBUTED_CORRECTION, private=True))
                 else:
                     await self._dispatch(event, send)
         except Exception as exc:
@@ -167,6 +171,11 @@ class ChatHandler:
     def _refuses_material(self, event: Event) -> bool:
         """Whether ``event`` would store Slack-sourced material that ``slack.distribution`` forbids."""
         return self._keeps_no_slack_material and event.channel.platform == "slack" and isinstance(event, (Upload, Pin))
+
+    def _refuses_correction(self, event: Feedback) -> bool:
+        """Whether the feedback's correction would become a source of Slack-sourced text that
+        ``slack.distribution`` forbids (its vote and reason are kept all the same)."""
+        return self._keeps_no_slack_material and event.channel.platform == "slack" and bool(event.correction.strip())
 
     async def _refuse_material(self, event: Event, send: Send) -> None:
         """A file or pin refused while the Slack app is distributed: the person who shared or

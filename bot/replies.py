@@ -30,6 +30,7 @@ from bot.texts.answers import (
     vote_text,
 )
 from bot.texts.assistant import (
+    DISTRIBUTED_CORRECTION,
     DISTRIBUTED_REFUSAL,
     GENERAL_PROMPTS,
     PROMPTS_TITLE,
@@ -108,6 +109,6 @@ __all__ = [
     "too_large_text", "unexpected_text", "unknown_channel_text", "unpin_kept_text", "unpinned_text", "updated_text",
     "upload_budget_text", "upload_limit_text", "usage_text", "vote_text", "when",
     # the assistant container (bot.texts.assistant)
-    "DISTRIBUTED_REFUSAL", "GENERAL_PROMPTS", "PROMPTS_TITLE", "channel_prompts", "not_a_member_text",
+    "DISTRIBUTED_CORRECTION", "DISTRIBUTED_REFUSAL", "GENERAL_PROMPTS", "PROMPTS_TITLE", "channel_prompts", "not_a_member_text",
     "stage_text",
 ]

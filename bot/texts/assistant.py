@@ -49,3 +49,8 @@ DISTRIBUTED_REFUSAL = ("I keep no files or messages from Slack in this installat
                        "workspaces (slack.distribution: distributed), and Slack's API terms do not let such an "
                        "app keep an index of a workspace's messages. Questions are still answered.")
 """The reply to a file shared or a message pinned while ``slack.distribution`` is ``distributed``."""
+
+DISTRIBUTED_CORRECTION = ("Your correction was not kept as material: this installation is distributed to other "
+                          "workspaces (slack.distribution: distributed), so nothing from Slack becomes a source. "
+                          "Your 👎 and your reason were kept.")
+"""Said, privately, to a channel admin whose correction a distributed Slack app did not store."""

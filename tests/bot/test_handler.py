@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ from bot.engine_calls import AsyncEngine
 from bot.handler import ChatHandler
 from bot.ingestion import pin_title
 from bot.neutral import Command, Feedback, Person, Pin, Question, Reply, ReplyKind, Unpin, Upload, Vote
+from bot.platform_config import SlackConfig
 from bot.question_handling import retrieval_query
 from bot.rebuilds.in_process import RebuildScheduler
 from bot.rebuilds.service import ScheduleStatus
@@ -147,6 +149,28 @@ def test_a_rebuild_with_nothing_changed_is_said_at_once_and_costs_no_rebuild_of_
         assert s.sent[-1].text.startswith("Rebuilt: tree v2")
 
     config = make_config(tmp_path, channel, rate_limits=RateLimitConfig(rebuilds_per_channel_per_hour=1))
+    run(engine, config, channel, body)
+
+
+def test_a_distributed_slack_app_keeps_an_admins_correction_out_of_the_material(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Issue 30, point 4: with ``slack.distribution: distributed`` nothing from Slack becomes a
+    source, a channel admin's right answer included; the 👎 and its reason are kept."""
+    channel = ChannelKey("slack", "T1", uuid.uuid4().hex[:10].upper())
+    engine.ingest(channel, Document(NOTE, "Deploys", SourceKind.FILE, "", "Ana", "", "f1"))
+    right = "Deploys are frozen from Thursday evening until Monday morning."
+
+    async def body(s: Session) -> None:
+        first = await s.do(Question(channel, GUEST, "When are deploys frozen?"))
+        said = await s.do(Feedback(channel, ADMIN, first.answer_id, "Outdated.", right))
+        assert said.private and said.text == replies.DISTRIBUTED_CORRECTION
+        assert [src.kind for src in engine.sources(channel)] == [SourceKind.FILE]
+        (record,) = engine.answers(channel)
+        assert record.reasons == {ADMIN.id: "Outdated."} and record.downs == 1
+
+    config = make_config(tmp_path, channel)
+    config = config.model_copy(update={"slack": SlackConfig(distribution="distributed")})
     run(engine, config, channel, body)
 
 
