@@ -25,6 +25,7 @@ from adapters.slack.sending import STREAM_EVERY_S, UPDATE_EVERY_S
 from bot import replies
 from bot.config import BotConfig, Config, LLMConfig, RateLimitConfig
 from bot.engine_calls import AsyncEngine
+from bot.neutral import Stage
 from bot.runtime import Assistant
 from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine
@@ -218,5 +219,24 @@ def test_a_question_where_there_is_no_material_streams_nothing_and_says_what_to_
                                                                    "chat.stopStream", "chat.update"))]
         assert stub.requests == []  # nothing was searched, so the model had nothing to answer from
         assert not slack.rejected(), slack.rejected()
+
+    run(stub, embedder, tmp_path, body)
+
+
+def test_the_status_line_says_writing_while_the_model_writes_and_is_cleared_after(
+        stub: OpenAIStub, embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    """Issue 30, point 2: a streamed answer's stages in the question's thread, the last one
+    "Writing…" while the model's answer streams, then the line cleared."""
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant, stub: OpenAIStub) -> None:
+        asked, _ = await ask(slack)
+        await slack.wait_until(lambda: slack.calls_of("chat.update"), what="the finished answer", timeout=20)
+        await running.handling.wait_idle()
+        lines = slack.statuses(CHANNEL, asked["ts"])
+        assert [text for text, _ in lines] == [replies.stage_text(Stage.READING), replies.stage_text(Stage.SEARCHING),
+                                                replies.stage_text(Stage.WRITING), ""]
+        assert replies.stage_text(Stage.WRITING) == "Writing…"
+        [start] = slack.calls_of("chat.startStream")
+        [stop] = slack.calls_of("chat.stopStream")
+        assert lines[2][1] <= start.at and stop.at <= lines[3][1]
 
     run(stub, embedder, tmp_path, body)
