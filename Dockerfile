@@ -20,7 +20,10 @@ COPY bench ./bench
 COPY testkit ./testkit
 # torch first and pinned: the CPU build; then the project and its pinned majors.
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
- && pip install --no-cache-dir .
+ && pip install --no-cache-dir . \
+ && python -m raptor_engine.install_kernels
+# (UMAP's numba kernels, compiled into the image; /data's cache is seeded from them on first use.
+# Kernels built on another CPU model are not loaded there: that machine's first rebuild compiles.)
 
 RUN useradd --create-home --uid 10001 raptor && mkdir -p /data /config && chown raptor /data
 USER raptor

@@ -24,6 +24,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# UMAP's numba kernels, compiled once into the venv: a new data directory's first rebuild loads them.
+	$(PY) -m raptor_engine.install_kernels
 	touch $(STAMP)
 
 demo: $(STAMP)

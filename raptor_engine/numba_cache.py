@@ -19,6 +19,13 @@ a fit uses, so every process compiled them again. Two steps fix that:
 numba keys its cache by source file and its timestamp, the function's byte
 code, the argument types and the CPU, so upgrading umap or numba or moving to
 another CPU simply compiles once more; stale entries are never loaded.
+
+A new data directory would still compile everything in its first rebuild. So the
+install (``make install``, the Docker build) runs ``python -m raptor_engine.install_kernels``, which compiles
+the kernels once into the installation's own *seed* cache (:func:`seed_dir`, under
+the Python prefix), and :func:`use_cache_dir` copies the seed into a cache directory
+that holds no kernels yet (a few MB). Kernels compiled on another CPU (an image built
+elsewhere) are not loaded: that first rebuild compiles, as before.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -35,6 +43,8 @@ ENV_VAR = "NUMBA_CACHE_DIR"
 """The environment variable numba reads for its cache directory."""
 SUBDIRECTORY = "numba-cache"
 """Name of the cache directory under the data directory."""
+SEED_ENV_VAR = "RAPTOR_NUMBA_SEED"
+"""Where the install's seed cache is, when not at its default place (see :func:`seed_dir`)."""
 
 # The modules holding the kernels of the UMAP fit that clustering runs.
 _UMAP_MODULES = ("umap.umap_", "umap.layouts", "umap.utils")
@@ -55,9 +65,11 @@ def use_cache_dir(data_dir: Path) -> Path:
     """
     configured = os.environ.get(ENV_VAR)
     if configured:
+        _seed_quietly(Path(configured))
         return Path(configured)
     directory = (data_dir / SUBDIRECTORY).resolve()
     directory.mkdir(parents=True, exist_ok=True)
+    _seed_quietly(directory)
     os.environ[ENV_VAR] = str(directory)
     if "numba" in sys.modules:  # only asks whether it was imported (tests/test_architecture.py allows that)
         # Why a warning and no reload: numba.core.config.reload_config()
@@ -67,6 +79,35 @@ def use_cache_dir(data_dir: Path) -> Path:
     else:
         log.debug("numba's cache directory is %s", directory)
     return directory
+
+
+def seed_dir() -> Path:
+    """The installation's seed cache: ``$RAPTOR_NUMBA_SEED``, else
+    ``<sys.prefix>/share/raptor-chat/numba-cache`` (inside the virtual environment, or the
+    image's Python), where ``raptor_engine.install_kernels`` writes at install."""
+    configured = os.environ.get(SEED_ENV_VAR)
+    return Path(configured) if configured else Path(sys.prefix) / "share" / "raptor-chat" / SUBDIRECTORY
+
+
+def seed_from(seed: Path, directory: Path) -> int:
+    """Copies the kernels of ``seed`` into the cache ``directory`` when it holds none yet (no
+    index file); returns how many files were copied (0: no seed, or kernels there already,
+    which are never overwritten)."""
+    if not seed.is_dir() or any(directory.rglob("*.nbi")):
+        return 0
+    shutil.copytree(seed, directory, dirs_exist_ok=True)
+    copied = sum(1 for path in seed.rglob("*") if path.is_file())
+    log.info("numba's cache %s seeded with %d files of the kernels compiled at install", directory, copied)
+    return copied
+
+
+def _seed_quietly(directory: Path) -> None:
+    """:func:`seed_from` the install's seed; a seed that cannot be copied only costs the
+    first rebuild its compile (logged)."""
+    try:
+        seed_from(seed_dir(), directory)
+    except OSError as exc:
+        log.warning("numba's cache %s could not be seeded from %s: %s", directory, seed_dir(), exc)
 
 
 def cache_umap_kernels() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from raptor_engine import numba_cache
-from raptor_engine.numba_cache import ENV_VAR, SUBDIRECTORY, use_cache_dir
+from raptor_engine.numba_cache import ENV_VAR, SEED_ENV_VAR, SUBDIRECTORY, seed_from, use_cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,3 +94,26 @@ def test_a_second_process_loads_umap_kernels_instead_of_compiling(tmp_path: Path
         assert second_kernels[name][0] >= 1, second_kernels
     assert all(misses == 0 for _, misses in second_kernels.values()), second_kernels
     assert second["clusters"] == first["clusters"]
+
+
+def test_a_new_data_directory_loads_the_kernels_compiled_at_install(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: ``python -m raptor_engine.install_kernels`` (run by ``make install`` and the
+    Docker build) compiles UMAP's kernels into the seed; a new data directory's cache is seeded
+    from it, so its first clustering compiles nothing."""
+    seed = tmp_path / "seed"
+    env = {key: value for key, value in os.environ.items() if key != ENV_VAR}
+    compiled = subprocess.run([sys.executable, "-m", "raptor_engine.install_kernels"], cwd=REPO, capture_output=True,
+                              text=True, env={**env, "HF_HUB_OFFLINE": "1", SEED_ENV_VAR: str(seed)}, timeout=600)
+    assert compiled.returncode == 0, compiled.stderr
+    assert any(seed.rglob("*.nbi")) and str(seed) in compiled.stdout
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv(SEED_ENV_VAR, str(seed))
+    cache = use_cache_dir(tmp_path / "data")
+    assert any(cache.rglob("*.nbi"))
+    report = _cluster_in_fresh_process(cache)
+    kernels = report["kernels"]
+    assert isinstance(kernels, dict) and "umap.layouts._nb_optimize_layout_euclidean_single_epoch" in kernels
+    assert all(misses == 0 for _, misses in kernels.values()), kernels
+    assert seed_from(seed, cache) == 0  # kernels there already are never overwritten
