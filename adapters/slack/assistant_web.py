@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.outbox import Outbox, Target
 from adapters.slack.sending import SlackSend
-from adapters.slack.web import TRANSPORT_ERRORS, Remembered, error_code
+from adapters.slack.web import TRANSPORT_ERRORS, Remembered, conversation_info, error_code
 from bot.neutral import Stage
 from bot.replies import stage_text
 
@@ -183,13 +183,8 @@ class ChannelNames:
         known = self._known.get(channel)
         if known is not None:
             return known
-        try:
-            response = await self._client.conversations_info(channel=channel)
-        except TRANSPORT_ERRORS as exc:
-            log.warning("conversations.info for %s failed (%s): naming it by its id", channel, error_code(exc))
-            return channel
-        info = response.get("channel") or {}
-        name = str(info.get("name") or "") if isinstance(info, dict) else ""
+        info = await conversation_info(self._client, channel, "naming it by its id")
+        name = str(info.get("name") or "") if info else ""
         if not name:
             return channel
         self._known.put(channel, name)

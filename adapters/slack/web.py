@@ -148,16 +148,27 @@ class SharedChannels:
         known = self._known.get(channel)
         if known is not None:
             return known
-        try:
-            response = await self._client.conversations_info(channel=channel)
-        except TRANSPORT_ERRORS as exc:
-            log.warning("conversations.info for %s failed (%s); treating it as shared with another "
-                        "organisation", channel, error_code(exc))
+        info = await conversation_info(self._client, channel, "treating it as shared with another organisation")
+        if info is None:
             return True
-        info = response.get("channel") or {}
-        shared = bool(info.get("is_ext_shared")) if isinstance(info, Mapping) else True
+        shared = bool(info.get("is_ext_shared"))
         self._known.put(channel, shared)
         return shared
+
+
+async def conversation_info(client: AsyncWebClient, channel: str, fallback: str) -> Mapping[str, Any] | None:
+    """The channel object ``conversations.info`` gives for ``channel``; None when Slack cannot
+    say, logged with what the caller does instead (``fallback``)."""
+    try:
+        response = await client.conversations_info(channel=channel)
+    except TRANSPORT_ERRORS as exc:
+        log.warning("conversations.info for %s failed (%s); %s", channel, error_code(exc), fallback)
+        return None
+    info = response.get("channel")
+    if not isinstance(info, Mapping):
+        log.warning("conversations.info for %s gave no channel; %s", channel, fallback)
+        return None
+    return info
 
 
 # -- threads and messages -------------------------------------------------------------

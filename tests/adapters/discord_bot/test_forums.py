@@ -44,7 +44,7 @@ from testkit.discord_api import (
     user_payload,
 )
 from tests.adapters.discord_bot.conftest import ADMIN_ID, World, run_world
-from tests.adapters.discord_bot.test_replicas import quiet
+from tests.adapters.discord_bot.test_replicas import quiet, remember_dispatches
 from tests.adapters.recording import recorded
 
 HANDBOOK = ("The on-call engineer answers pages within fifteen minutes, keeps the incident log, "
@@ -95,14 +95,7 @@ def test_a_new_post_delivered_twice_is_answered_once_and_follow_ups_need_no_ment
         fake = world.fake
         await served_forum(world, forum_id)
         events = recorded(world.bot)
-        sent: list[tuple[str, Any]] = []
-        dispatch = fake.dispatch
-
-        async def remembering(event: str, data: Any) -> float:
-            sent.append((event, data))
-            return await dispatch(event, data)
-
-        fake.dispatch = remembering  # type: ignore[method-assign]
+        sent, dispatch = remember_dispatches(fake)
         post, opening = await open_forum_post(fake, forum_id, world.alice, TITLE, OPENING)
         await fake.wait_for(lambda: answers(world, post["id"]) and offers(world, post["id"]))
         for event, data in list(sent):  # the post's THREAD_CREATE and its opening message, delivered again

@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,20 @@ async def quiet(world_fake: FakeDiscord, seconds: float = 0.3) -> None:
     await asyncio.sleep(seconds)
 
 
+def remember_dispatches(fake: FakeDiscord) -> tuple[list[tuple[str, Any]], Callable[[str, Any], Awaitable[float]]]:
+    """Every gateway event the stand-in dispatches from now on, as ``(event, data)``, in order,
+    and the stand-in's own dispatch, which delivers one again (a duplicate) without recording it."""
+    sent: list[tuple[str, Any]] = []
+    dispatch = fake.dispatch
+
+    async def remembering(event: str, data: Any) -> float:
+        sent.append((event, data))
+        return await dispatch(event, data)
+
+    fake.dispatch = remembering  # type: ignore[method-assign]
+    return sent, dispatch
+
+
 def callbacks(fake: FakeDiscord, interaction_id: str) -> list[Any]:
     return fake.calls_to("POST", rf"^/interactions/{interaction_id}/")
 
@@ -60,14 +74,7 @@ def test_a_message_or_interaction_delivered_twice_is_answered_once(engine: Engin
     async def body(world: World) -> None:
         fake, general = world.fake, world.channel("general")
         events = recorded(world.bot)
-        sent: list[tuple[str, Any]] = []
-        dispatch = fake.dispatch
-
-        async def remembering(event: str, data: Any) -> float:
-            sent.append((event, data))
-            return await dispatch(event, data)
-
-        fake.dispatch = remembering  # type: ignore[method-assign]
+        sent, dispatch = remember_dispatches(fake)
 
         question = await world.mention("general", QUESTION)
         await world.bot_posts(general, 1)
