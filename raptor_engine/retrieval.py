@@ -311,12 +311,20 @@ def _opening(
         return []
     taken = {hit.node.id for hit in gist}
     wanted = [leaf_id(source, ordinal) for ordinal in range(len(taken) + room)]
-    found = {hit.node.id: hit for hit in fresh.scored(query.vector, wanted)}
-    missing = [node_id for node_id in wanted if node_id not in found]
-    if missing and state is not None:
-        found |= {hit.node.id: hit for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing)}
+    found = _scored(store, state, fresh, query, wanted)
     in_order = [found[node_id] for node_id in wanted if node_id in found and node_id not in taken]
     return fill_budget(in_order, left, room)
+
+
+def _scored(store: ChannelStore, state: TreeState | None, fresh: FreshLeaves, query: Query,
+            ids: Sequence[str]) -> dict[str, Hit]:
+    """The nodes ``ids`` that exist, as hits scored by their cosine to the question: from the
+    fresh leaves, the others from the served tree (one Chroma query restricted to their ids)."""
+    found = {hit.node.id: hit for hit in fresh.scored(query.vector, ids)}
+    missing = [node_id for node_id in ids if node_id not in found]
+    if missing and state is not None:
+        found |= {hit.node.id: hit for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing)}
+    return found
 
 
 def _summaries_for(query: Query, scope: Scope, leaves: list[Hit], summaries: SummaryMap) -> list[Hit]:
@@ -357,13 +365,7 @@ def _fuse(
     Chroma (one query restricted to their ids), so every hit keeps a comparable score.
     """
     known = {hit.node.id: hit for hit in dense}
-    missing = [node_id for node_id, _ in lexical if node_id not in known]
-    for hit in fresh.scored(query.vector, missing):
-        known[hit.node.id] = hit
-    missing = [node_id for node_id in missing if node_id not in known]
-    if missing and state is not None:
-        for hit in store.query_tree(state.version, query.vector, len(missing), ids=missing):
-            known[hit.node.id] = hit
+    known |= _scored(store, state, fresh, query, [node_id for node_id, _ in lexical if node_id not in known])
     fused: dict[str, float] = {}
     rankings = (([hit.node.id for hit in dense], 1.0), ([node_id for node_id, _ in lexical], lexical_weight))
     for ranking, weight in rankings:
