@@ -27,7 +27,7 @@ def tree_stats(key: ChannelKey, channel: ChannelStore, spanning: Callable[[TreeS
         return TreeStats(key, 0, "", len(source_ids), {}, len(source_ids))
     standing_in = {new for new in state.replaced.values() if new in source_ids}
     gone_since = sum(1 for new in state.replaced.values() if new not in source_ids)
-    added = len(source_ids - set(state.source_ids) - standing_in)
+    added = len(state.added_among(source_ids))
     missing = len(set(state.source_ids) - source_ids)  # as forgotten; a forget finishing now
     pending = added + len(standing_in) + state.forgotten + gone_since + missing
     checked = last_check(channel)

@@ -171,8 +171,8 @@ def added_since(state: TreeState | None, sources: Sequence[Source]) -> list[Sour
     tree, and no new version of one of its sources (those are ``TreeState.replaced``'s)."""
     if state is None:
         return []
-    known = set(state.source_ids) | set(state.replaced.values())
-    return sorted((s for s in sources if s.id not in known), key=lambda s: (s.added_at, s.id), reverse=True)
+    added = state.added_among(s.id for s in sources)
+    return sorted((s for s in sources if s.id in added), key=lambda s: (s.added_at, s.id), reverse=True)
 
 
 def dated(answer: Answer, sources: Sequence[Source], changed: set[str], added: Sequence[Source] = ()) -> Answer:

@@ -10,6 +10,7 @@ rewrites what was written before (and a new ``STORE_FORMAT``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,11 @@ class TreeState:
     # What the build was made with (embedding model, chunk size, summariser, clustering): a digest
     # to tell whether a rebuild with nothing changed would build the same tree. "" before it was kept.
     recipe: str = ""
+
+    def added_among(self, source_ids: Iterable[str]) -> set[str]:
+        """Those of ``source_ids`` added to the channel since this build: in none of its
+        sources, and no new version standing for one of them (see ``replaced``)."""
+        return set(source_ids) - set(self.source_ids) - set(self.replaced.values())
 
 
 @dataclass(frozen=True, slots=True)
