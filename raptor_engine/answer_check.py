@@ -117,19 +117,21 @@ def _judged(judge: SupportJudge | None, claims: Sequence[Claim], cited: Mapping[
     """Whether each claim is supported by its ``cited`` texts: by ``judge`` when there is one
     and it decides, else by the lexical measure. A claim whose citations lead to no text is
     unsupported either way, and never sent to the judge."""
-    lexical = [bool(cited[c.text]) and support(c.text, cited[c.text]) >= threshold for c in claims]
+    def lexical() -> list[bool]:  # only when needed: stemming a summary's excerpts costs
+        return [bool(cited[c.text]) and support(c.text, cited[c.text]) >= threshold for c in claims]
+
     asked = [(i, c) for i, c in enumerate(claims) if cited[c.text]]
     if judge is None or not asked:
-        return lexical
+        return lexical()
     try:
         verdicts = judge.supported([(_MARKERS.sub("", c.text).strip(), cited[c.text]) for _, c in asked])
     except JudgeFailed as error:
         log.warning("the support judge %s failed, the lexical measure decides: %s", judge.identity, error)
-        return lexical
+        return lexical()
     if len(verdicts) != len(asked):  # a judge breaking its contract is not trusted with any of them
         log.warning("the support judge %s gave %d verdicts for %d claims, the lexical measure decides",
                     judge.identity, len(verdicts), len(asked))
-        return lexical
+        return lexical()
     decided = [False] * len(claims)
     for (i, _), verdict in zip(asked, verdicts):
         decided[i] = verdict
