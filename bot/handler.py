@@ -28,7 +28,9 @@ Each part's module states its own contracts. Those of the whole:
 - While ``slack.distribution`` is ``distributed`` (an app offered to other workspaces, which
   Slack's API terms do not let keep an index of their messages), nothing from Slack becomes a
   source: a file shared or a message pinned gets the one line
-  :data:`bot.replies.DISTRIBUTED_REFUSAL`, an edit of a message is dropped with a log line.
+  :data:`bot.replies.DISTRIBUTED_REFUSAL`, an edit of a message is dropped with a log line,
+  and a channel admin's correction is kept out (the 👎 and its reason are stored, and the admin
+  is told :data:`bot.replies.DISTRIBUTED_CORRECTION`).
   Questions are answered as always.
 - It never fails silently. Errors written for people (``RaptorError``,
   ``BotError``) become an ERROR reply carrying their message, except failures of the
@@ -168,14 +170,18 @@ class ChatHandler:
             await send(Reply(ReplyKind.INFO, replies.SHARED_CHANNEL, private=isinstance(event, Command),
                              thread=event.thread))
 
+    def _keeps_nothing_from(self, event: Event) -> bool:
+        """Whether ``event`` comes from Slack while ``slack.distribution`` forbids keeping its material."""
+        return self._keeps_no_slack_material and event.channel.platform == "slack"
+
     def _refuses_material(self, event: Event) -> bool:
         """Whether ``event`` would store Slack-sourced material that ``slack.distribution`` forbids."""
-        return self._keeps_no_slack_material and event.channel.platform == "slack" and isinstance(event, (Upload, Pin))
+        return self._keeps_nothing_from(event) and isinstance(event, (Upload, Pin))
 
     def _refuses_correction(self, event: Feedback) -> bool:
         """Whether the feedback's correction would become a source of Slack-sourced text that
         ``slack.distribution`` forbids (its vote and reason are kept all the same)."""
-        return self._keeps_no_slack_material and event.channel.platform == "slack" and bool(event.correction.strip())
+        return self._keeps_nothing_from(event) and bool(event.correction.strip())
 
     async def _refuse_material(self, event: Event, send: Send) -> None:
         """A file or pin refused while the Slack app is distributed: the person who shared or
