@@ -79,39 +79,43 @@ class ThreadState(Protocol):
     async def answered(self, thread: str) -> str: ...
 
 
+VIEWED, ANSWERED, ASKED = "viewed", "answered", "asked"  # what is kept of each thread
+
+
 class LocalThreadState:
-    """The threads of this process, the last :data:`LOCAL_THREADS` of them."""
+    """The threads of this process, the last :data:`LOCAL_THREADS` of each kind of value."""
 
     def __init__(self, size: int = LOCAL_THREADS) -> None:
         self._size = size
-        self._viewed: OrderedDict[str, str] = OrderedDict()
-        self._answered: OrderedDict[str, str] = OrderedDict()
-        self._asked: OrderedDict[str, None] = OrderedDict()
+        self._kept: dict[str, OrderedDict[str, str]] = {what: OrderedDict() for what in (VIEWED, ANSWERED, ASKED)}
 
-    async def set_viewed(self, thread: str, channel: str) -> None:
-        self._keep(self._viewed, thread, channel)
-
-    async def viewed(self, thread: str) -> str:
-        return self._viewed.get(thread, "")
-
-    async def set_answered(self, thread: str, channel: str) -> None:
-        self._keep(self._answered, thread, channel)
-
-    async def answered(self, thread: str) -> str:
-        return self._answered.get(thread, "")
-
-    def _keep(self, kept: OrderedDict[str, str], thread: str, channel: str) -> None:
-        kept[thread] = channel
+    def put(self, what: str, thread: str, value: str) -> None:
+        """Keeps ``value`` as the thread's ``what``; the oldest thread goes past the bound."""
+        kept = self._kept[what]
+        kept[thread] = value
         kept.move_to_end(thread)
         while len(kept) > self._size:
             kept.popitem(last=False)
 
+    def get(self, what: str, thread: str) -> str:
+        return self._kept[what].get(thread, "")
+
+    async def set_viewed(self, thread: str, channel: str) -> None:
+        self.put(VIEWED, thread, channel)
+
+    async def viewed(self, thread: str) -> str:
+        return self.get(VIEWED, thread)
+
+    async def set_answered(self, thread: str, channel: str) -> None:
+        self.put(ANSWERED, thread, channel)
+
+    async def answered(self, thread: str) -> str:
+        return self.get(ANSWERED, thread)
+
     async def first_question(self, thread: str) -> bool:
-        if thread in self._asked:
+        if self.get(ASKED, thread):
             return False
-        self._asked[thread] = None
-        while len(self._asked) > self._size:
-            self._asked.popitem(last=False)
+        self.put(ASKED, thread, "1")
         return True
 
 
@@ -125,22 +129,22 @@ class SharedThreadState:
         self._local = LocalThreadState()
 
     async def set_viewed(self, thread: str, channel: str) -> None:
-        await self._local.set_viewed(thread, channel)
-        await self._put("viewed", thread, channel)
+        await self._put(VIEWED, thread, channel)
 
     async def viewed(self, thread: str) -> str:
-        return await self._get("viewed", thread)
+        return await self._get(VIEWED, thread)
 
     async def set_answered(self, thread: str, channel: str) -> None:
-        await self._local.set_answered(thread, channel)
-        await self._put("answered", thread, channel)
+        await self._put(ANSWERED, thread, channel)
 
     async def answered(self, thread: str) -> str:
-        return await self._get("answered", thread)
+        return await self._get(ANSWERED, thread)
 
-    async def _put(self, what: str, thread: str, channel: str) -> None:
+    async def _put(self, what: str, thread: str, value: str) -> None:
+        """Kept here and in Redis (here alone while Redis cannot be reached)."""
+        self._local.put(what, thread, value)
         try:
-            await self._link.run(lambda r: r.set(self._link.key("assistant", what, thread), channel, ex=self._ttl_s))
+            await self._link.run(lambda r: r.set(self._link.key("assistant", what, thread), value, ex=self._ttl_s))
         except CoordinationDown:
             pass
 
@@ -149,14 +153,13 @@ class SharedThreadState:
         try:
             value = await self._link.run(lambda r: r.get(self._link.key("assistant", what, thread)))
         except CoordinationDown:
-            local = self._local.viewed if what == "viewed" else self._local.answered
-            return await local(thread)
+            return self._local.get(what, thread)
         return str(value or "")
 
     async def first_question(self, thread: str) -> bool:
         try:
             fresh = await self._link.run(
-                lambda r: r.set(self._link.key("assistant", "asked", thread), "1", nx=True, ex=self._ttl_s))
+                lambda r: r.set(self._link.key("assistant", ASKED, thread), "1", nx=True, ex=self._ttl_s))
         except CoordinationDown:
             return await self._local.first_question(thread)
         return bool(fresh)
