@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from bot.config import BotConfig, Config
 from bot.coordination.lease import ChannelLeases, Held, HeldLeases
 from bot.coordination.link import RedisLink, describe
 from bot.coordination.reply_stream import ReplyPublisher, decode
+from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
 from bot.model_budget import ModelBudget, SharedSpending
 from bot.neutral import ChannelKey, ReplyAddress, ReplyKind
@@ -56,19 +58,37 @@ def worker_engine(store: ChromaStore, embedder: Any, leases: ChannelLeases) -> E
                   ExtractiveAnswerer(embedder), settings, build_guard=HeldLeases(leases))
 
 
-def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
-        store: ChromaStore, embedder: Any, redis_url: str) -> None:
+@dataclass(frozen=True)
+class Worker:
+    """A worker's context installed on a real Valkey and an engine holding :data:`TEXT` in :data:`KEY`."""
+
+    settings: CoordinationConfig
+    link: RedisLink
+    leases: CountedLeases
+    engine: Engine
+    requests: RebuildRequests
+
+
+def installed_worker(store: ChromaStore, embedder: Any, redis_url: str) -> Worker:
+    """What ``python -m bot worker`` sets up before taking jobs (see ``bot.rebuilds.worker.install``)."""
     settings = coordination_config(redis_url)
     link = RedisLink(settings)
     leases = CountedLeases(link, settings.lease_s, "worker")
     engine = worker_engine(store, embedder, leases)
     engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
     requests = RebuildRequests(link, signer())
-    asyncio.run(requests.add(KEY, Requester("ana", ReplyAddress(KEY, "T.1"))))
     config = Config(bot=BotConfig(progress_every_s=3600))
     install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s), requests,
                           ReplyPublisher(link, signer()), Metrics(),
                           ModelBudget(config.bot.model_budget, SharedSpending(link))))
+    return Worker(settings, link, leases, engine, requests)
+
+
+def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
+        store: ChromaStore, embedder: Any, redis_url: str) -> None:
+    worker = installed_worker(store, embedder, redis_url)
+    link, leases, engine = worker.link, worker.leases, worker.engine
+    asyncio.run(worker.requests.add(KEY, Requester("ana", ReplyAddress(KEY, "T.1"))))
 
     assert run_rebuild_job(channel_text(KEY)) == "built"
 
@@ -85,16 +105,9 @@ def test_a_job_takes_the_channel_lease_once_and_tells_its_requester(
 def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held_back(
         store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
 
-    settings = coordination_config(redis_url)
-    link = RedisLink(settings)
-    leases = CountedLeases(link, settings.lease_s, "worker")
-    engine = worker_engine(store, embedder, leases)
-    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
-    requests = RebuildRequests(link, signer())
-    config = Config(bot=BotConfig(progress_every_s=3600))
-    install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s), requests,
-                          ReplyPublisher(link, signer()), Metrics(),
-                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
+    worker = installed_worker(store, embedder, redis_url)
+    settings, link, engine = worker.settings, worker.link, worker.engine
+
     def ask(force: bool = False) -> None:  # a front-end's request, on a loop (and a link) of its own
         asyncio.run(RebuildRequests(RedisLink(settings), signer()).add(KEY, Requester("ana", ReplyAddress(KEY), force)))
 
@@ -116,15 +129,8 @@ def test_a_forced_request_travels_through_valkey_and_serves_a_tree_the_gate_held
 def test_a_scheduled_job_held_back_tells_the_channel_once(
         store: ChromaStore, embedder: Any, redis_url: str, monkeypatch: Any) -> None:
 
-    settings = coordination_config(redis_url)
-    link = RedisLink(settings)
-    leases = CountedLeases(link, settings.lease_s, "worker")
-    engine = worker_engine(store, embedder, leases)
-    engine.ingest_bytes(KEY, TEXT.encode(), "log.txt", "", "ana", "F1")
-    config = Config(bot=BotConfig(progress_every_s=3600))
-    install(WorkerContext(config, AsyncEngine(engine), link, leases, RebuildQueue(link, settings.job_timeout_s),
-                          RebuildRequests(link, signer()), ReplyPublisher(link, signer()), Metrics(),
-                          ModelBudget(config.bot.model_budget, SharedSpending(link))))
+    worker = installed_worker(store, embedder, redis_url)
+    link, engine = worker.link, worker.engine
     assert run_rebuild_job(channel_text(KEY)) == "built"  # scheduled (no requester): served, nothing posted
     engine.ingest_bytes(KEY, (TEXT + " The keeper retires in spring.").encode(), "log2.txt", "", "ana", "F2")
     half_the_leaves_lost(monkeypatch)  # a broken leaf cache

@@ -80,11 +80,12 @@ def bot_config(tmp_path: Path) -> Config:
     return Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits))
 
 
-def run(engine: Engine, tmp_path: Path, mode: str, body: Body, **options: Any) -> None:
-    """Runs ``body`` with a started bot, the stand-in, and the Slack app serving in ``mode``."""
+def run(engine: Engine, tmp_path: Path, mode: str, body: Body, config: Config | None = None, **options: Any) -> None:
+    """Runs ``body`` with a started bot (on ``config``, by default :func:`bot_config`), the
+    stand-in, and the Slack app serving in ``mode``."""
 
     async def session() -> None:
-        bot = Assistant(bot_config(tmp_path), AsyncEngine(engine))
+        bot = Assistant(config or bot_config(tmp_path), AsyncEngine(engine))
         await bot.start(warm_up=False)
         try:
             async with SlackStandIn() as slack:

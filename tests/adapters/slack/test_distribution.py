@@ -6,49 +6,36 @@ slack-bolt and engine; the file share and pin events as in ``test_app``."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
+from adapters.slack.app import SlackRunning
 from bot import replies
-from bot.config import BotConfig, Config, RateLimitConfig, SlackConfig
-from bot.engine_calls import AsyncEngine
+from bot.config import SlackConfig
 from bot.runtime import Assistant
 from raptor_engine.engine import Engine
-from testkit.slack_api import BOT_USER, SlackStandIn, app_running
-from tests.adapters.slack.test_app import ANA, CHANNEL, ON_CALL, key, settle
+from testkit.slack_api import BOT_USER, SlackStandIn
+from tests.adapters.slack.test_app import ANA, CHANNEL, ON_CALL, bot_config, key, run, settle
 from tests.conftest import SAMPLE
 
 
 def test_a_distributed_app_refuses_files_and_pins_and_still_answers(engine: Engine, tmp_path: Path) -> None:
-    async def session() -> None:
-        limits = RateLimitConfig(questions_per_user_per_minute=0, rebuilds_per_channel_per_hour=0)
-        config = Config(data_dir=tmp_path / "data", bot=BotConfig(rate_limits=limits),
-                        slack=SlackConfig(distribution="distributed"))
-        bot = Assistant(config, AsyncEngine(engine))
-        await bot.start(warm_up=False)
-        try:
-            async with SlackStandIn() as slack:
-                slack.add_user(ANA, "Ana", admin=True)
-                async with app_running(bot, slack, "socket") as running:
-                    shared, _ = await slack.share_file(CHANNEL, ANA, "aurora-handbook.md", SAMPLE.read_bytes(),
-                                                       mimetype="text/markdown")
-                    [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the refusal")
-                    assert note["text"] == replies.DISTRIBUTED_REFUSAL
-                    pinned = slack.say(CHANNEL, ANA, "The on-call engineer answers pages within 5 minutes.")
-                    await slack.pin(CHANNEL, ANA, pinned["ts"])
-                    await slack.wait_until(lambda: replies.DISTRIBUTED_REFUSAL in
-                                           [p["text"] for p in slack.posts(CHANNEL)][1:], what="the pin's refusal")
-                    await settle(running, bot)
-                    assert await bot.sources(key()) == []
-                    asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
-                    [answer] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
-                    assert answer["text"] == replies.NO_MATERIAL
-                    await settle(running, bot)
-                assert not slack.rejected(), slack.rejected()
-        finally:
-            await bot.stop()
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        shared, _ = await slack.share_file(CHANNEL, ANA, "aurora-handbook.md", SAMPLE.read_bytes(),
+                                           mimetype="text/markdown")
+        [note] = await slack.wait_until(lambda: slack.posts(CHANNEL, shared["ts"]), what="the refusal")
+        assert note["text"] == replies.DISTRIBUTED_REFUSAL
+        pinned = slack.say(CHANNEL, ANA, "The on-call engineer answers pages within 5 minutes.")
+        await slack.pin(CHANNEL, ANA, pinned["ts"])
+        await slack.wait_until(lambda: replies.DISTRIBUTED_REFUSAL in
+                               [p["text"] for p in slack.posts(CHANNEL)][1:], what="the pin's refusal")
+        await settle(running, bot)
+        assert await bot.sources(key()) == []
+        asked, _ = await slack.user_says(CHANNEL, ANA, f"<@{BOT_USER}> {ON_CALL}")
+        [answer] = await slack.wait_until(lambda: slack.posts(CHANNEL, asked["ts"]), what="the answer")
+        assert answer["text"] == replies.NO_MATERIAL
 
-    asyncio.run(session())
+    config = bot_config(tmp_path).model_copy(update={"slack": SlackConfig(distribution="distributed")})
+    run(engine, tmp_path, "socket", body, config=config)
 
 
 def test_the_default_is_an_internal_app() -> None:
