@@ -32,7 +32,6 @@ import logging
 import discord
 
 from adapters.discord_bot import forum_posts, render, translate
-from adapters.discord_bot.interaction_events import interaction_person, interaction_place
 from adapters.discord_bot.interactions import InteractionHandling
 from adapters.discord_bot.lifecycle import interaction_key
 from adapters.discord_bot.messages import HISTORY_LIMIT, place_manager
@@ -69,8 +68,7 @@ class ForumHandling(InteractionHandling):
             return
         if not await self.claim(interaction_key(interaction)):
             return  # another front-end answers it
-        with self._tracked():
-            await self._mark_solved(interaction, answer_id)
+        await self._mark_solved(interaction, answer_id)
 
     async def on_thread_update(self, before: discord.Thread, after: discord.Thread) -> None:
         """A served forum's post given its Solved tag: marked solved with its latest answer."""
@@ -97,28 +95,17 @@ class ForumHandling(InteractionHandling):
                 await self._failed(f"marking post {after.id} solved by its tag", send)
 
     async def _mark_solved(self, interaction: discord.Interaction, answer_id: str) -> None:
-        """A "Mark solved" press, acknowledged privately, then handed to the bot."""
-        place = interaction_place(interaction)
-        post = interaction.channel
-        if not (isinstance(post, discord.Thread) and self.scope.allows(place)
-                and forum_posts.in_served_forum(place, self.settings.forums)):
-            try:
-                await interaction.response.send_message(render.NOT_ENABLED_TEXT, ephemeral=True)
-            except (discord.HTTPException, OSError) as exc:
-                log.warning("cannot refuse interaction %s: %s", interaction.id, exc)
-            return
-        send = InteractionSend(self, interaction, always_private=True)
-        if not await send.defer(thinking=True, ephemeral=True):
-            return
-        self._count_ack(interaction)
-        try:
-            event = self._solved(post, place, interaction_person(interaction, place), await _opening(post),
-                                 answer_id=answer_id)
-            await self.raptor.handler.handle(event, send)
-        except Exception:  # noqa: BLE001 (reported with a reference, never silent)
-            await self._failed(f"marking post {post.id} solved", send)
-        finally:
-            await send.finish()
+        """A "Mark solved" press in a served forum's post, acknowledged privately, then handed to the bot."""
+        post = interaction.channel if isinstance(interaction.channel, discord.Thread) else None
+
+        async def mark(place: Place, person: Person, send: InteractionSend) -> None:
+            if post is not None:  # (``serves`` let only a post through)
+                event = self._solved(post, place, person, await _opening(post), answer_id=answer_id)
+                await self.raptor.handler.handle(event, send)
+
+        await self.run_deferred(interaction, f"marking post {interaction.channel_id} solved", mark, private=True,
+                                serves=lambda place: post is not None and forum_posts.in_served_forum(
+                                    place, self.settings.forums))
 
     def _solved(self, post: discord.Thread, place: Place, marker: Person, opening: discord.Message | None,
                 answer_id: str = "", answer: str = "", answerer: str = "") -> Solved:

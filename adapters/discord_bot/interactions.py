@@ -74,18 +74,20 @@ class InteractionHandling(ClientCore):
 
         await self.run_deferred(interaction, f"handling /{self.settings.command} {name}", command)
 
-    async def run_deferred(self, interaction: discord.Interaction, what: str, work: DeferredWork) -> None:
-        """An application command where the bot is enabled: deferred at once (a public "thinking"),
-        then ``work`` is done with the place, the person and the follow-ups' send; a failure of
-        ``work`` is reported with a reference (``what`` names it in the log). Where the bot is not
-        enabled, the person is told so privately."""
+    async def run_deferred(self, interaction: discord.Interaction, what: str, work: DeferredWork, *,
+                           private: bool = False, serves: Callable[[Place], bool] = lambda _: True) -> None:
+        """An interaction where the bot is enabled (and that ``serves`` its place): deferred at
+        once (a "thinking", public unless ``private``: then every reply is private too), then
+        ``work`` is done with the place, the person and the follow-ups' send; a failure of
+        ``work`` is reported with a reference (``what`` names it in the log). Elsewhere the
+        person is told privately that the bot is not enabled there."""
         with self._tracked():
             place = interaction_place(interaction)
-            if not self.scope.allows(place):
+            if not (self.scope.allows(place) and serves(place)):
                 await _refuse_here(interaction)
                 return
-            send = InteractionSend(self, interaction, components_v2=self.settings.components_v2)
-            if not await send.defer(thinking=True, ephemeral=False):
+            send = InteractionSend(self, interaction, always_private=private, components_v2=self.settings.components_v2)
+            if not await send.defer(thinking=True, ephemeral=private):
                 return
             self._count_ack(interaction)
             person = interaction_person(interaction, place)
