@@ -29,7 +29,7 @@ from adapters.slack.assistant_events import ThreadViewed, assistant_thread_id
 from adapters.slack.assistant_web import StatusSlackSend, set_prompts, set_title
 from adapters.slack.core import HandlingCore
 from adapters.slack.outbox import Target
-from adapters.slack.payload import Origin, channel_key
+from adapters.slack.payload import Origin, channel_key, is_direct
 from adapters.slack.question_flows import thread_context
 from adapters.slack.translate import Asked
 from bot import replies
@@ -37,7 +37,6 @@ from bot.neutral import ChannelKey, Question, Reply, ReplyKind, Scope
 
 log = logging.getLogger(__name__)
 
-DIRECT_PREFIX = "D"  # Slack's ids of direct conversations, where assistant threads are
 PROMPTS_WITHIN_S = 3.0  # what the issue asks of a new thread's prompts
 LOOKUPS_WITHIN_S = 1.5  # of which the viewed channel's lookups may take this much
 
@@ -104,7 +103,7 @@ async def answering_key(core: HandlingCore, origin: Origin) -> ChannelKey:
     """The channel whose material answered in ``origin``'s thread, for a click or a form about
     an answer there: in an assistant thread (a direct conversation's thread), the channel its
     latest answer came from (recorded by :func:`asked_in_container`); anywhere else, where it is."""
-    if not (origin.thread_ts and origin.channel.startswith(DIRECT_PREFIX)):
+    if not (origin.thread_ts and is_direct(origin.channel)):
         return origin.key
     thread_id = assistant_thread_id(core.identity.team_id, origin.channel, origin.thread_ts)
     answered = await core.bot.assistant_threads.state.answered(thread_id)

@@ -30,6 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.outbox import Outbox, Target
+from adapters.slack.payload import is_direct
 from adapters.slack.sending import SlackSend
 from adapters.slack.web import TRANSPORT_ERRORS, Remembered, conversation_info, error_code
 from bot.neutral import Stage
@@ -86,7 +87,7 @@ class ThreadStatus:
         self._channel = channel
         self._thread_ts = thread_ts
         self._support = support
-        self._in_channel = not channel.startswith("D")  # direct conversations' ids start with D
+        self._in_channel = not is_direct(channel)
         self._shown = False
         self.searched = searched
 

@@ -64,6 +64,11 @@ def channel_key(team: str, channel: str) -> ChannelKey:
     return ChannelKey(PLATFORM, team, channel)
 
 
+def is_direct(channel: str) -> bool:
+    """Whether ``channel`` is a direct conversation with the bot (Slack's ids of those start with D)."""
+    return channel.startswith("D")
+
+
 def message_external_id(channel: str, ts: str) -> str:
     """The external id of a pinned message: its channel and its ``ts`` (unique in a workspace)."""
     return f"{channel}:{ts}"
