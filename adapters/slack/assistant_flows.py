@@ -44,7 +44,10 @@ LOOKUPS_WITHIN_S = 1.5  # of which the viewed channel's lookups may take this mu
 async def thread_viewed(core: HandlingCore, viewed: ThreadViewed) -> None:
     """A thread opened, or the channel viewed beside it changed; see the module docstring."""
     threads = core.bot.assistant_threads
-    await threads.state.set_viewed(viewed.thread_id, viewed.viewed)
+    # A new thread viewing nothing has nothing to keep, and must not undo a context change
+    # handled before it (both events are handled at once, each in a task of its own).
+    if viewed.viewed or not viewed.started:
+        await threads.state.set_viewed(viewed.thread_id, viewed.viewed)
     if not viewed.started:
         log.debug("assistant thread %s: now viewed beside %r", viewed.thread_id, viewed.viewed)
         return
