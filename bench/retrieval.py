@@ -81,8 +81,9 @@ from bench.measure import (
     word_recall,
 )
 from raptor_engine import ChannelKey, Embedder, Engine, Hit, Node, RetrievalMode, TokenCounter
+from raptor_engine.budget import fill_budget
 from raptor_engine.chunking import sentences
-from raptor_engine.retrieval import DEFAULT_TOP_K, RRF_K, fill_budget
+from raptor_engine.retrieval import DEFAULT_TOP_K, RRF_K
 
 BUDGETS = (500, 2000)
 ALL_SETS = "quality,patents,reviews,financial,wikipedia"

@@ -142,13 +142,6 @@ class LexicalIndex:
         best = positive[np.argsort(-scores[positive], kind="stable")[:n]]
         return [(self._ids[i], float(scores[i])) for i in best]
 
-    def rarest(self, query: str) -> int:
-        """How many indexed texts hold the query's rarest indexed word (0 when none is indexed)."""
-        if self._weights is None:
-            return 0
-        columns = self._columns(query)
-        return int(self._document_frequency[columns].min()) if columns.size else 0
-
     @property
     def size(self) -> int:
         """How many texts are indexed."""

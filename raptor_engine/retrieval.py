@@ -4,9 +4,9 @@ Three modes, as in the paper:
 
 - *collapsed* (default): every layer serves the question, in the measure its
   scope asks for (see ``scope.py``). The leaves are ranked by cosine, fused
-  with a BM25 ranking of the leaves when ``hybrid`` is on (weighted
-  reciprocal-rank fusion, BM25 at :data:`LEXICAL_WEIGHT`), so exact words count
-  as well as meaning. The candidate summaries are those above the question's
+  with a BM25 ranking of the leaves when ``hybrid`` is on (their scores
+  standardised and mixed, see ``fusion.py``), so exact words count as well as
+  meaning. The candidate summaries are those above the question's
   best leaves (their parents, grandparents… up to the root), ranked by cosine
   plus :data:`CENTRALITY_WEIGHT` times their centrality, and for an overview
   the channel's top summaries and each source's root too. Then:
@@ -45,6 +45,7 @@ holds anything about it.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -53,14 +54,14 @@ from functools import lru_cache
 import numpy as np
 
 from raptor_engine import defaults
-from raptor_engine.chunking import sentences
+from raptor_engine.budget import cost, fill_budget
+from raptor_engine.fusion import fused_order
 from raptor_engine.lexical import LexicalIndex, terms
 from raptor_engine.scope import Scope, ScopeKind, SummaryMap, assess
 from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_id
-from raptor_engine.tokens import token_floor
-from raptor_engine.types import Hit, Node, RetrievalMode
+from raptor_engine.types import Hit, RetrievalMode
 
 DEFAULT_BUDGET = defaults.BUDGET
 DEFAULT_TOP_K = defaults.TOP_K
@@ -68,14 +69,10 @@ DEFAULT_PER_LAYER = defaults.PER_LAYER
 MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
 _MENTION = re.compile(r"<@!?\w+>|@[\w.-]+")
 RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
-# BM25's weight in the fusion, fitted on the fit half of the five dev sets (bench.retrieval, per
-# document and --pooled): 0.25 against 0.5 lifted one channel of 20 Wikipedia articles by 3.9
-# points at 500 tokens and 15 QuALITY stories by 1.7 at 2,000, costing no set more than 0.4.
-# A question holding a word that at most RARE_TEXTS texts hold (a name, a code, an error
-# message) gets EXACT_WEIGHT instead: that word is the best evidence there is.
-LEXICAL_WEIGHT = 0.25
-EXACT_WEIGHT = 1.0
-RARE_TEXTS = 2
+# A theme question's context at THEME_EVIDENCE_FROM tokens or more starts with its best-ranked
+# leaves within THEME_EVIDENCE of the budget, then coverage (see _theme).
+THEME_EVIDENCE = 0.25
+THEME_EVIDENCE_FROM = 1000
 # An overview of one document: the gist (summaries and leaves by coverage) within OVERVIEW_GIST
 # tokens, then the document's opening, where its authors say what it is (title, abstract,
 # summary, introduction). Fitted on the fit half of the patents (bench.retrieval, 2,000 tokens,
@@ -154,22 +151,16 @@ def retrieve_scoped(
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
         words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
-        leaves = _fuse(store, state, indexes.fresh, query, leaves, words, lexical_weight(query.text, indexes.lexical))
+        leaves = _fuse(store, state, indexes.fresh, query, leaves, words)
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
+    if scope.kind is ScopeKind.THEME:
+        return Retrieved(_theme(query, settings, scope, leaves, summaries, indexes.lexical), scope)
     subject = _subject(leaves, summaries) if scope.kind is ScopeKind.OVERVIEW else None
     if subject is None or settings.budget <= OVERVIEW_GIST:
         return Retrieved(_covering(query, settings, scope, leaves, summaries, indexes.lexical), scope)
     gist = _covering(query, replace(settings, budget=OVERVIEW_GIST), scope, leaves, summaries, indexes.lexical)
     return Retrieved(gist + _opening(store, state, indexes.fresh, query, subject, gist, settings), scope)
-
-
-def lexical_weight(question: str, lexical: LexicalIndex) -> float:
-    """BM25's weight in the fusion for ``question``: :data:`EXACT_WEIGHT` when one of its words
-    is held by at most :data:`RARE_TEXTS` indexed texts (a name, a code, an error message: the
-    word itself is the best evidence), else :data:`LEXICAL_WEIGHT`."""
-    rarest = lexical.rarest(question)
-    return EXACT_WEIGHT if 0 < rarest <= RARE_TEXTS else LEXICAL_WEIGHT
 
 
 def _relatedness(vector: np.ndarray, leaves: list[Hit], summaries: SummaryMap) -> float | None:
@@ -196,6 +187,38 @@ def _collapsed(
     room = settings.top_k - len(chosen)
     rest = fill_budget([h for h in leaves if h.node.id not in taken], left, room) if room > 0 else []
     return chosen + rest if scope.kind is not ScopeKind.DETAIL else rest + chosen
+
+
+def _theme(
+    query: Query,
+    settings: RetrievalSettings,
+    scope: Scope,
+    leaves: list[Hit],
+    summaries: SummaryMap,
+    lexical: LexicalIndex | None,
+) -> list[Hit]:
+    """A theme question's context: from :data:`THEME_EVIDENCE_FROM` tokens, the best-ranked
+    leaves within :data:`THEME_EVIDENCE` of the budget first, then :func:`_covering` with the
+    rest (its summaries lead the context, the evidence follows, then its leaves).
+
+    Why: coverage chooses by the words the candidates share, so a passage holding the one
+    fact asked for can lose to passages about the subject in general. A question judged a
+    theme may want a detail after all ("what are the most points scored in an NBA quarter"
+    matches a list article evenly); its best evidence is then kept at the price of a quarter
+    of the budget. Below that budget coverage needs all of it (reviews at 500 tokens lost
+    0.7 points with the evidence kept).
+    """
+    if settings.budget < THEME_EVIDENCE_FROM:
+        return _covering(query, settings, scope, leaves, summaries, lexical)
+    evidence = fill_budget(leaves, round(THEME_EVIDENCE * settings.budget), settings.top_k)
+    taken = {hit.node.id for hit in evidence}
+    rest = replace(
+        settings,
+        budget=settings.budget - sum(cost(hit.node) for hit in evidence),
+        top_k=settings.top_k - len(evidence),
+    )
+    covered = _covering(query, rest, scope, [hit for hit in leaves if hit.node.id not in taken], summaries, lexical)
+    return [hit for hit in covered if hit.node.layer > 0] + evidence + [hit for hit in covered if hit.node.layer == 0]
 
 
 def _covering(
@@ -251,7 +274,8 @@ def _greedy_cover(
     Lazy greedy (Minoux, 1978): a candidate's gain only shrinks as words get covered, so the
     gains are kept in a heap and only the top one is recomputed until it stays on top.
     """
-    heap = [(-sum(weights[w] for w in held), i) for i, held in enumerate(words)]
+    # fsum: exact whatever the order, and a set's order changes with the process's string hashing.
+    heap = [(-math.fsum(weights[w] for w in held), i) for i, held in enumerate(words)]
     heapq.heapify(heap)
     chosen: list[Hit] = []
     taken: set[str] = set()
@@ -262,7 +286,7 @@ def _greedy_cover(
         hit = pool[i]
         if hit.node.id in taken or used + cost(hit.node) > settings.budget:
             continue  # taken already (a node can be a candidate twice), or it no longer fits: never will
-        gain = sum(weights[w] for w in words[i] - covered)
+        gain = math.fsum(weights[w] for w in words[i] - covered)
         if gain <= 0:
             continue
         if heap and gain < -heap[0][0]:
@@ -357,21 +381,16 @@ def _fuse(
     query: Query,
     dense: list[Hit],
     lexical: list[tuple[str, float]],
-    lexical_weight: float = 1.0,
 ) -> list[Hit]:
-    """Dense and BM25 rankings of the same nodes fused by (weighted) reciprocal rank.
+    """Dense and BM25 rankings of the same leaves fused into one by their scores (``fusion.py``).
 
-    Nodes found only lexically get their cosine from the fresh leaves or from
+    Leaves found only lexically get their cosine from the fresh leaves or from
     Chroma (one query restricted to their ids), so every hit keeps a comparable score.
     """
     known = {hit.node.id: hit for hit in dense}
     known |= _scored(store, state, fresh, query, [node_id for node_id, _ in lexical if node_id not in known])
-    fused: dict[str, float] = {}
-    rankings = (([hit.node.id for hit in dense], 1.0), ([node_id for node_id, _ in lexical], lexical_weight))
-    for ranking, weight in rankings:
-        for rank, node_id in enumerate(ranking):
-            fused[node_id] = fused.get(node_id, 0.0) + weight / (RRF_K + rank + 1)
-    order = sorted((node_id for node_id in fused if node_id in known), key=lambda i: (-fused[i], i))
+    ids = sorted(known)
+    order = fused_order(ids, [known[node_id].score for node_id in ids], dict(lexical))
     return [known[node_id] for node_id in order]
 
 
@@ -410,48 +429,3 @@ def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_lay
         chosen = store.query_tree(state.version, vector, per_layer, ids=children)
         selected += chosen
     return selected
-
-
-def fill_budget(ranked: Sequence[Hit], budget: int, top_k: int, max_overlap: float | None = None) -> list[Hit]:
-    """The first distinct hits of ``ranked`` whose tokens add up to at most ``budget``.
-
-    Unlike the reference code, which stops at the first node that does not fit,
-    a node that does not fit is skipped and smaller ones after it still count.
-    With ``max_overlap`` set, a summary whose sentences are already, for more
-    than that share of them, in the nodes chosen before it is skipped too: extractive summaries
-    repeat their leaves' sentences, and a repeat spends the budget on nothing
-    new. Leaves are never skipped for overlap: they are the evidence cited.
-    A node costs its :func:`cost`, so the hits hold at most
-    ``budget * MAX_CHARS_PER_TOKEN`` characters whatever counts are stored.
-    """
-    chosen: list[Hit] = []
-    seen_ids: set[str] = set()
-    seen_sentences: set[str] = set()
-    used = 0
-    for hit in ranked:
-        tokens = cost(hit.node)
-        if hit.node.id in seen_ids or used + tokens > budget:
-            continue
-        if max_overlap is not None:  # splitting sentences costs: only when overlap is checked
-            sentences = _sentence_set(hit.node.text)
-            if hit.node.layer > 0 and len(sentences & seen_sentences) > max_overlap * len(sentences):
-                continue
-            seen_sentences |= sentences
-        chosen.append(hit)
-        seen_ids.add(hit.node.id)
-        used += tokens
-        if len(chosen) >= top_k:
-            break
-    return chosen
-
-
-def cost(node: Node) -> int:
-    """The tokens ``node`` spends of a budget: its stored count, never under the token floor
-    of its length. Nodes stored before the counter charged long unbroken runs by length
-    carry counts like 1 for a megabyte of hex; this keeps them from filling a context."""
-    return max(node.tokens, token_floor(node.text))
-
-
-def _sentence_set(text: str) -> set[str]:
-    """The node's sentences, whitespace-folded and lower-cased, for overlap tests."""
-    return {sentence.lower() for sentence in sentences(text)}

@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from raptor_engine.budget import fill_budget
 from raptor_engine.engine import Engine
 from raptor_engine.llm import SUMMARY_SYSTEM, LLMClient, LLMSettings, LLMSummarizer
-from raptor_engine.retrieval import RetrievalSettings, fill_budget
+from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.summarizing import ExtractiveSummarizer
 from raptor_engine.tokens import (
     MAX_CHARS_PER_TOKEN,

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from raptor_engine import retrieval
+from raptor_engine.budget import cost, fill_budget
 from raptor_engine.engine import Engine
 from raptor_engine.lexical import LexicalIndex, count_terms, joined
-from raptor_engine.retrieval import OVERVIEW_GIST, RetrievalSettings, cost, fill_budget
-from raptor_engine.scope import ScopeKind, assess, summary_map
+from raptor_engine.retrieval import OVERVIEW_GIST, THEME_EVIDENCE, THEME_EVIDENCE_FROM, Query, RetrievalSettings
+from raptor_engine.scope import Scope, ScopeKind, assess, summary_map
 from raptor_engine.types import ChannelKey, Document, Hit, Node
 from tests.conftest import SAMPLE
 from tests.raptor_engine.test_answering import LIGHTHOUSE
@@ -183,3 +184,30 @@ def test_an_overview_has_a_subject_only_in_a_channel_holding_one_document(
                        Node("s2", 1, "y", 5, children=("b.0",), source_ids=("b",))], np.eye(2, 3))
     assert retrieval._subject([leaf("a", n) for n in range(10)], two) is None  # b has summaries: not one document
     assert retrieval._subject([], one) is None
+
+
+def test_a_theme_keeps_its_best_ranked_leaves_before_coverage() -> None:
+    """Coverage alone never takes the best-ranked leaf here: it holds two words of its own,
+    where each other leaf adds five. A theme at THEME_EVIDENCE_FROM tokens or more keeps the
+    best-ranked leaves within THEME_EVIDENCE of the budget (the fact asked for, should the
+    question want a detail after all), then covers with the rest; below it, coverage alone."""
+    answer = hit("answer", "stephen curry", 50, score=0.9)
+    others = [hit(f"o{i}", f"nba game w{i}a w{i}b w{i}c w{i}d w{i}e", 50, score=0.5) for i in range(30)]
+    ranked = [answer, *others]
+    theme = Scope(breadth=0.6, kind=ScopeKind.THEME, answerable=True)
+    query = Query("what is the record for the most 3 pointers in one game", np.ones(3))
+    lexical = LexicalIndex([h.node.id for h in ranked], [h.node.text for h in ranked])
+    empty = summary_map([], np.zeros((0, 3)))
+
+    def chosen(budget: int) -> list[str]:
+        settings = RetrievalSettings(budget=budget)
+        return [h.node.id for h in retrieval._theme(query, settings, theme, ranked, empty, lexical)]
+
+    wide = chosen(THEME_EVIDENCE_FROM)
+    kept = round(THEME_EVIDENCE * THEME_EVIDENCE_FROM) // 50
+    assert wide[:kept] == [h.node.id for h in ranked[:kept]] and len(wide) == THEME_EVIDENCE_FROM // 50
+    covered = [h.node.id for h in retrieval._covering(query, RetrievalSettings(budget=THEME_EVIDENCE_FROM), theme,
+                                                      ranked, empty, lexical)]
+    assert "answer" not in covered  # what the evidence is for
+    assert chosen(THEME_EVIDENCE_FROM - 1) == [h.node.id for h in retrieval._covering(
+        query, RetrievalSettings(budget=THEME_EVIDENCE_FROM - 1), theme, ranked, empty, lexical)]
