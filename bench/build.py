@@ -7,7 +7,7 @@ summarises, embeds the summaries and stores the tree (its own
 ``stage_seconds``). UMAP's one-time import and numba compilation is paid
 first, in the clustering worker process, by ``cluster_worker.warm_up()`` and reported on its own.
 
-Targets (on the build of all 15 articles): the whole build within 2x the time
+Targets (on the build of all 15 articles): the whole build within 1.5x the time
 of embedding the same leaf chunks alone (batch 32, same model), and the
 process's peak resident memory under 2.5 GiB.
 
@@ -46,7 +46,7 @@ from bench.common import (
 )
 from raptor_engine import ChannelKey, SentenceTransformerEmbedder
 
-TARGET_RATIO = 2.0  # whole build / embedding only
+TARGET_RATIO = 1.5  # whole build / embedding only (issue 31: it was 2.0)
 TARGET_PEAK_MIB = 2.5 * 1024  # 2.5 GiB
 REBUILD_STAGES = ("load", "cluster", "summarise", "embed summaries", "store", "index", "tidy")
 

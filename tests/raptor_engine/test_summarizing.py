@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -185,3 +186,34 @@ def test_thirty_members_summarise_in_milliseconds(counter: TokenCounter) -> None
         summarizer.summarize_now(chunks)
     # Typically ~15 ms; the bound is loose because the test machine is shared.
     assert (time.perf_counter() - started) / 5 < 0.5
+
+
+class _CountingCounter:
+    """The real counter, recording every text it is asked to count in a batch."""
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self._inner = inner
+        self.batched: list[str] = []
+
+    def count(self, text: str) -> int:
+        return self._inner.count(text)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        self.batched.extend(texts)
+        return self._inner.count_many(texts)
+
+
+def test_a_member_read_again_is_not_split_and_counted_again(counter: TokenCounter) -> None:
+    # A build summarises each leaf once per layer above it: a summariser counts a text's sentences once.
+    chunks = _handbook_chunks(counter)
+    counting = _CountingCounter(counter)
+    summarizer = ExtractiveSummarizer(counting)
+    first = summarizer.summarize_now(chunks[:6])
+    counted = len(counting.batched)
+    assert counted >= 6
+    # A cluster above: the same leaves, and two more.
+    above = summarizer.summarize_now(chunks[:8])
+    new_sentences = {s for chunk in chunks[6:8] for s in sentences(chunk)}
+    assert set(counting.batched[counted:]) == new_sentences
+    assert summarizer.summarize_now(chunks[:6]) == first
+    assert above == ExtractiveSummarizer(counter).summarize_now(chunks[:8])  # the same as from scratch
