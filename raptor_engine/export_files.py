@@ -64,7 +64,9 @@ def export_name(model_dir: Path, export_format: int, fingerprint_dirs: tuple[Pat
     into ``write_dir`` (when it can be: an unwritable directory only costs the next process
     the hashing again)."""
     files = _model_files(model_dir)
-    seen = _digest(f"{rel} {path.stat().st_size} {path.stat().st_mtime_ns}" for rel, path in files)
+    # Whole seconds: an image layer keeps no finer modification times, and the seed's
+    # fingerprint, written at build, must match the files the container sees.
+    seen = _digest(f"{rel} {path.stat().st_size} {int(path.stat().st_mtime)}" for rel, path in files)
     fingerprint = f"{_series(model_dir)}.fingerprint"
     content = next(filter(None, (_remembered(d / fingerprint, seen) for d in fingerprint_dirs)), None)
     if content is None:
