@@ -26,6 +26,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# UMAP's numba kernels, compiled once into the venv: a new data directory's first rebuild loads them.
 	$(PY) -m raptor_engine.install_kernels
+	# The embedding model's ONNX export, made once into the venv: no command imports torch to embed.
+	$(PY) -m raptor_engine.install_export
 	touch $(STAMP)
 
 demo: $(STAMP)

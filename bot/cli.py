@@ -50,6 +50,8 @@ CLI_WORKSPACE = "local"
 SERVE = "serve"
 WORKER = "worker"
 CLI_FORCE, CLI_CHECK = "rebuild --force", "check"  # how the command line serves a held-back tree, lists the questions
+COMMAND_ENV_VAR = "RAPTOR_COMMAND"  # how the program is run where it is installed, when not LOCAL_COMMAND
+LOCAL_COMMAND = ".venv/bin/python -m bot"
 CLUSTERING = ("rebuild", "demo")  # the commands that cluster: their worker starts first thing
 
 
@@ -374,4 +376,11 @@ def _demo(engine: Engine, channel: ChannelKey, stdout: TextIO) -> None:
     print(report_text(_rebuild(engine, channel)), file=stdout)
     print(demo_question_text(SAMPLE_QUESTION), file=stdout)
     print(answer_text(asyncio.run(engine.answer(channel, SAMPLE_QUESTION))), file=stdout)
-    print(ask_your_own_text(channel.channel), file=stdout)
+    print(ask_your_own_text(channel.channel, own_command()), file=stdout)
+
+
+def own_command() -> str:
+    """How a person runs this program where it runs, for the commands it suggests:
+    ``$RAPTOR_COMMAND`` (the Docker image sets its ``docker run`` line), else the virtual
+    environment of ``make install``."""
+    return os.environ.get(COMMAND_ENV_VAR) or LOCAL_COMMAND

@@ -24,7 +24,7 @@ import threading
 import weakref
 from pathlib import Path
 
-from bot.errors import DataDirInUse
+from bot.errors import DataDirInUse, DataDirNotWritable
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +58,23 @@ def lock_data_dir(directory: Path) -> DataLock:
 
     Creates ``directory`` if needed (the lock file lives in it). Raises ``DataDirInUse``
     naming the holder if another living process holds it; then nothing in the
-    directory has been changed. Raises ``OSError`` if the lock file cannot be opened.
+    directory has been changed. Raises ``DataDirNotWritable`` if this process may not create
+    the directory or its lock file, ``OSError`` if the lock file cannot be opened otherwise.
     """
     directory = directory.resolve()
     with _held_guard:
         held = _held.get(directory)
         if held is not None:
             return held
-        directory.mkdir(parents=True, exist_ok=True)
         try:
+            directory.mkdir(parents=True, exist_ok=True)
             fd = take_lock_file(directory / LOCK_NAME)
         except LockHeld as held_elsewhere:
             raise DataDirInUse(directory, held_elsewhere.holder) from None
+        except OSError as exc:
+            if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+                raise DataDirNotWritable(directory, read_only=exc.errno == errno.EROFS) from exc
+            raise
         lock = DataLock(directory, fd)
         _held[directory] = lock
     log.debug("holding the lock of %s", directory)

@@ -3,6 +3,7 @@
     BotError
     ├── ConfigError   the configuration file or environment is invalid
     ├── DataDirInUse  another living process holds the embedded data directory
+    ├── DataDirNotWritable  this process may not write the data directory (its owner, a read-only mount)
     └── NothingToAsk  a question named a channel with nothing to search (unknown, or no sources)
 
 Engine errors (``raptor_engine.errors.RaptorError``) pass through unchanged:
@@ -14,6 +15,7 @@ reach the log only, and chat is told their kind (``bot.texts.requests.error_text
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from pathlib import Path
 
@@ -37,6 +39,19 @@ class DataDirInUse(BotError):
             f"The data directory {directory} is in use by {holder}. Use that process, "
             "or a Chroma server (chroma.host in the configuration) to run several processes."
         )
+
+
+class DataDirNotWritable(BotError):
+    """This process may not create files in the data directory (owned by another user, or
+    mounted read-only); nothing was written. The message names the directory and the fix."""
+
+    def __init__(self, directory: Path, read_only: bool) -> None:
+        self.directory = directory
+        uid = os.getuid()
+        fix = ("it is on a read-only file system: mount it writable" if read_only else
+               f"this process runs as user {uid}: make that user its owner (chown -R {uid} {directory}), "
+               "or run as a user who may write it (docker run --user)")
+        super().__init__(f"Cannot write the data directory {directory}: {fix}.")
 
 
 class NothingToAsk(BotError):

@@ -6,8 +6,9 @@ it, a model name that is not cached fails at once instead of after a minute of
 network time-outs.
 
 Given a cache directory, the embedder keeps an ONNX export of the model there
-(``onnx_model.py``) and loads that instead whenever it is there: a fresh process
-then embeds without importing torch, which takes seconds.
+(``onnx_model.py``) and loads that instead whenever it is there, or the export the
+install made (``export_files.py``): a fresh process then embeds without importing
+torch, which takes seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import ProviderError
+from raptor_engine.export_files import loading, remove_stale, seed_dir
 from raptor_engine.onnx_model import OnnxEncoder, export_path, exportable, start_export
 from raptor_engine.tokens import HuggingFaceTokenCounter, default_model_path
 
@@ -79,18 +81,16 @@ class SentenceTransformerEmbedder:
         return export_path(cache_dir, model_dir)
 
     def _ready_export(self) -> Path | None:
-        """The model's export when it is there to load, else None."""
-        return self._export if self._export is not None and self._export.is_file() else None
+        """The model's export when it is there to load (the install's first), else None."""
+        if self._export is None:
+            return None
+        return next((p for p in (seed_dir() / self._export.name, self._export) if p.is_file()), None)
 
     def _load(self) -> None:
         export = self._ready_export()
-        if export is not None:
-            try:
-                self._encoder = OnnxEncoder(export, Path(self._location), self._threads)
-                return
-            except ProviderError as exc:  # a damaged file: the model is loaded as before, and exported anew
-                log.warning("%s; loading the model with sentence-transformers instead", exc)
-                export.unlink(missing_ok=True)
+        if export is not None and self._export is not None and self._load_export(export):
+            remove_stale(self._export.parent, Path(self._location), export)
+            return
         from sentence_transformers import SentenceTransformer  # heavy: import on use
 
         try:
@@ -99,6 +99,20 @@ class SentenceTransformerEmbedder:
             raise ProviderError(f"cannot load embedding model {self._location!r}: {exc}") from exc
         if self._export is not None:
             self._exporter = start_export(Path(self._location), self._export)
+
+    def _load_export(self, export: Path) -> bool:
+        """Loads ``export`` into the encoder; whether it did. A damaged file in the cache is
+        removed, so that it is exported anew."""
+        try:
+            with loading(export) as there:
+                if there:
+                    self._encoder = OnnxEncoder(export, Path(self._location), self._threads)
+                return there
+        except ProviderError as exc:  # the model is loaded as before, and exported anew
+            log.warning("%s; loading the model with sentence-transformers instead", exc)
+            if export == self._export:
+                export.unlink(missing_ok=True)
+            return False
 
     def wait_for_export(self, timeout: float) -> bool:
         """Waits up to ``timeout`` seconds for an export this embedder started; whether the

@@ -20,16 +20,17 @@ made of a transformer, mean pooling and an optional normalisation are exported (
 anything else keeps the sentence-transformers path. Measured: the exported default model's
 vectors are within 2e-7 of sentence-transformers' own.
 
-The file name carries a digest of the model directory's weights and configuration and of
-:data:`EXPORT_FORMAT`, so a changed model is exported anew rather than read stale. The
-export is written under a temporary name and renamed into place: a process killed while
-exporting leaves no partial file under the real name.
+The file name carries a digest of the model's files' content and of :data:`EXPORT_FORMAT`
+(``export_files.py``), so a changed model is exported anew rather than read stale, and the
+same model copied anew keeps its export. The install exports the packaged model into a seed
+directory that the runtime reads first (``install_export.py``). The export is written under
+a temporary name and renamed into place: a process killed while exporting leaves no partial
+file under the real name. Once written, the cache's older exports of the model are removed.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.errors import ProviderError
+from raptor_engine.export_files import export_name, lock_path, remove_stale, seed_dir
 from raptor_engine.tokens import TOKENIZER_FILENAME
 
 log = logging.getLogger(__name__)
@@ -72,12 +74,9 @@ def exportable(model_dir: Path) -> bool:
 
 
 def export_path(cache_dir: Path, model_dir: Path) -> Path:
-    """Where the export of the model in ``model_dir`` is kept under ``cache_dir``."""
-    digest = hashlib.sha256(f"format {EXPORT_FORMAT}\n".encode())
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.suffix != ".md"):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(model_dir)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    return cache_dir / f"{model_dir.name}-{digest.hexdigest()[:16]}.onnx"
+    """Where the export of the model in ``model_dir`` is kept under ``cache_dir``; the seed
+    directory holds it under the same name when the install made it (see ``export_files``)."""
+    return cache_dir / export_name(model_dir, EXPORT_FORMAT, (seed_dir(), cache_dir), cache_dir)
 
 
 def export(model: Any, target: Path) -> None:
@@ -158,7 +157,7 @@ def _export_running(target: Path) -> bool:
 
 def _lock_file(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    return target.with_name(f".{target.name}.lock")
+    return lock_path(target)
 
 
 def _export_in_child(model_dir: Path, target: Path, parent_pid: int) -> int:
@@ -178,6 +177,7 @@ def _export_in_child(model_dir: Path, target: Path, parent_pid: int) -> int:
         from sentence_transformers import SentenceTransformer
 
         export(SentenceTransformer(str(model_dir), device="cpu"), target)
+    remove_stale(target.parent, model_dir, target)
     return 0
 
 

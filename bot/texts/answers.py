@@ -136,9 +136,10 @@ def demo_question_text(question: str) -> str:
     return f"\nQ: {question}\n"
 
 
-def ask_your_own_text(channel: str) -> str:
-    """The demo's last line: how to ask the sample channel a question of one's own."""
-    return f"\nAsk your own: .venv/bin/python -m bot ask --channel {channel} \"...\""
+def ask_your_own_text(channel: str, command: str) -> str:
+    """The demo's last line: how to ask the sample channel a question of one's own, with
+    ``command``, how the program is run where it runs (``.venv/bin/python -m bot``)."""
+    return f"\nAsk your own: {command} ask --channel {channel} \"...\""
 
 
 CHANGED_ANSWER = "⚠️ This answer cites material that changed after it was given."

@@ -329,3 +329,17 @@ def test_check_and_a_held_back_rebuild_on_the_command_line(
     assert "tree v2" in out and f"The last rebuild was held back: it holds {held[1]} of the {held[2]} excerpts" in out
     code, out = run("--data-dir", data, "rebuild", "--channel", "team", "--force")
     assert code == 0 and f"Served although the check would have held it back: it holds {held[1]} of the {held[2]}" in out
+
+
+def test_the_demo_suggests_the_command_that_runs_where_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image has no .venv: its Dockerfile names its own command in RAPTOR_COMMAND."""
+    from bot.cli import COMMAND_ENV_VAR, own_command
+    from bot.replies import ask_your_own_text
+
+    monkeypatch.delenv(COMMAND_ENV_VAR, raising=False)
+    assert ask_your_own_text("demo", own_command()).endswith('.venv/bin/python -m bot ask --channel demo "..."')
+    dockerfile = (REPO / "Dockerfile").read_text()
+    image_command = re.search(rf'{COMMAND_ENV_VAR}="([^"]+)"', dockerfile)
+    assert image_command and image_command[1].startswith("docker run") and "raptor-chat" in image_command[1]
+    monkeypatch.setenv(COMMAND_ENV_VAR, image_command[1])
+    assert ask_your_own_text("demo", own_command()) == f'\nAsk your own: {image_command[1]} ask --channel demo "..."'

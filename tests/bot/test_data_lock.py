@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,3 +142,30 @@ def test_a_server_takes_no_lock(tmp_path: Path, chroma_server: tuple[str, int]) 
     data = tmp_path / "data"
     with started([sys.executable, "-c", HOLDER, str(data)], ready="holding"):
         open_store(Config(data_dir=data, chroma={"host": host, "port": port}))  # type: ignore[arg-type]
+
+
+def test_a_data_directory_this_user_may_not_write_is_one_line_saying_how_to_fix_its_owner(tmp_path: Path) -> None:
+    """As a container's user meets a bind-mounted directory of another owner: one line naming
+    the directory and the fix, exit 1, no traceback. Root may write anywhere (and the test's
+    Python may live in root's home, which no other user enters), so as root the command runs
+    without the capabilities that let root ignore a directory's owner and mode (setpriv),
+    beside a directory of nobody's; as another user the directory is made read-only."""
+    data = tmp_path / "data"
+    data.mkdir()
+    command = [sys.executable, "-m", "bot", "--data-dir", str(data), "ask", "--channel", "c", "q"]
+    if os.getuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("as root, this test needs util-linux's setpriv to drop the capability to write anywhere")
+        os.chown(data, 65534, 65534)
+        drop = "-dac_override,-dac_read_search,-fowner"
+        command = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *command]
+    else:
+        data.chmod(0o555)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+                          env={**ENV, "XDG_CACHE_HOME": str(data / ".cache")})
+    data.chmod(0o755)
+    uid = os.getuid()
+    assert done.returncode == 1 and done.stdout == "", done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"error: Cannot write the data directory {data.resolve()}: this process runs as user {uid}: make that user "
+        f"its owner (chown -R {uid} {data.resolve()}), or run as a user who may write it (docker run --user)."]
