@@ -60,6 +60,7 @@ from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_id
 from raptor_engine.tokens import token_floor
+from raptor_engine.tree_vectors import TreeQueries
 from raptor_engine.types import Hit, Node, RetrievalMode
 
 DEFAULT_BUDGET = defaults.BUDGET
@@ -133,9 +134,10 @@ def retrieve_scoped(
     """
     pool = settings.top_k * 2
     vector = query.vector
+    tree: TreeQueries = indexes.tree or store  # the served tree's vectors in memory, when kept
     # One unfiltered query, twice as deep, costs half a query filtered to layer 0 (Chroma
     # filters metadata first); the summaries it returns are dropped here.
-    nearest = store.query_tree(state.version, vector, 2 * pool) if state else []
+    nearest = tree.query_tree(state.version, vector, 2 * pool) if state else []
     tree_leaves = [hit for hit in nearest if hit.node.layer == 0][:pool]
     fresh = indexes.fresh.nearest(vector, pool)
     leaves = _merge_by_score(tree_leaves, fresh)
@@ -150,18 +152,18 @@ def retrieve_scoped(
     if settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
     if settings.mode is RetrievalMode.TRAVERSAL and state is not None:
-        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)), fresh)
+        ranked = _merge_by_score(_by_score(_traverse(tree, state, vector, settings.per_layer)), fresh)
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
         words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
-        leaves = _fuse(store, state, indexes.fresh, query, leaves, words, lexical_weight(query.text, indexes.lexical))
+        leaves = _fuse(tree, state, indexes.fresh, query, leaves, words, lexical_weight(query.text, indexes.lexical))
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
     subject = _subject(leaves, summaries) if scope.kind is ScopeKind.OVERVIEW else None
     if subject is None or settings.budget <= OVERVIEW_GIST:
         return Retrieved(_covering(query, settings, scope, leaves, summaries, indexes.lexical), scope)
     gist = _covering(query, replace(settings, budget=OVERVIEW_GIST), scope, leaves, summaries, indexes.lexical)
-    return Retrieved(gist + _opening(store, state, indexes.fresh, query, subject, gist, settings), scope)
+    return Retrieved(gist + _opening(tree, state, indexes.fresh, query, subject, gist, settings), scope)
 
 
 def lexical_weight(question: str, lexical: LexicalIndex) -> float:
@@ -287,7 +289,7 @@ def _subject(leaves: Sequence[Hit], summaries: SummaryMap) -> str | None:
 
 
 def _opening(
-    store: ChannelStore,
+    store: TreeQueries,
     state: TreeState | None,
     fresh: FreshLeaves,
     query: Query,
@@ -316,7 +318,7 @@ def _opening(
     return fill_budget(in_order, left, room)
 
 
-def _scored(store: ChannelStore, state: TreeState | None, fresh: FreshLeaves, query: Query,
+def _scored(store: TreeQueries, state: TreeState | None, fresh: FreshLeaves, query: Query,
             ids: Sequence[str]) -> dict[str, Hit]:
     """The nodes ``ids`` that exist, as hits scored by their cosine to the question: from the
     fresh leaves, the others from the served tree (one Chroma query restricted to their ids)."""
@@ -351,7 +353,7 @@ def _summaries_for(query: Query, scope: Scope, leaves: list[Hit], summaries: Sum
 
 
 def _fuse(
-    store: ChannelStore,
+    store: TreeQueries,
     state: TreeState | None,
     fresh: FreshLeaves,
     query: Query,
@@ -393,7 +395,7 @@ def _merge_by_score(ranked: list[Hit], fresh: list[Hit]) -> list[Hit]:
     return merged + pending
 
 
-def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
+def _traverse(store: TreeQueries, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
     """Top-down: the best nodes of the top layer, then the best of their children, to the leaves.
 
     Subtrees of different heights hang under the channel's layers, so children
