@@ -9,9 +9,9 @@ best ``top_k`` of them. Two ways to compare, both in one run:
   swapped every question, so a load that comes and goes hits both alike;
 - **whole commands** (:func:`command_seconds`): ``python -m bot retrieve --channel …`` with
   the questions on stdin, against ``python -m bench.query_ratio --channel …`` (the brute
-  force as a command: the command line's embedder, questions on stdin). Each is run with all
-  the questions and with the first one only; the difference over the questions between is the
-  cost per question, without the start-up.
+  force as a command: the command line's embedder, questions on stdin). Both print one line a
+  question as it is answered; the time from the first line to the last over the questions
+  between is the cost per question, without the start-up.
 
 Run the brute force alone: ``python -m bench.query_ratio --data-dir DIR --channel KEY < questions``.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,27 +92,33 @@ def time_side_by_side(engine: Engine, embedder: Embedder, asked: Sequence[tuple[
     return SideBySide(retrieve_seconds, brute_seconds)
 
 
-def command_seconds(command: Sequence[str], questions: Sequence[str]) -> float:
-    """Seconds a command takes with ``questions`` on stdin, one a line (its output dropped)."""
-    started = time.perf_counter()
-    subprocess.run(list(command), input="".join(f"{q}\n" for q in questions), text=True, check=True,
-                   stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
-
-
 def per_question_seconds(command: Sequence[str], questions: Sequence[str]) -> tuple[float, float]:
-    """The whole command's seconds with every question, and its cost per question without the
-    start-up: (all - first only) / (questions - 1)."""
-    whole = command_seconds(command, questions)
-    first = command_seconds(command, questions[:1])
-    return whole, (whole - first) / max(1, len(questions) - 1)
+    """The whole command's seconds with ``questions`` on stdin (one a line), and its cost per
+    question without the start-up: from its first output line to its last, over the questions
+    between (the command prints one line a question, as it answers it)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    feeding = threading.Thread(target=_feed, args=(process, questions))
+    feeding.start()
+    assert process.stdout is not None
+    moments = [time.perf_counter() for _ in process.stdout]
+    feeding.join()
+    if process.wait() != 0 or len(moments) != len(questions):
+        raise RuntimeError(f"{command[2:4]} failed, or answered {len(moments)} of {len(questions)} questions")
+    return time.perf_counter() - started, (moments[-1] - moments[0]) / max(1, len(moments) - 1)
+
+
+def _feed(process: subprocess.Popen[str], questions: Sequence[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.write("".join(f"{q}\n" for q in questions))
+    process.stdin.close()
 
 
 def cli_commands(data_dir: Path, key: ChannelKey) -> dict[str, list[str]]:
     """The two commands compared for channel ``key``: ``bot retrieve`` and this module's brute force."""
     channel = f"{key.platform}/{key.workspace}/{key.channel}"
     return {"python -m bot retrieve": [sys.executable, "-m", "bot", "--data-dir", str(data_dir), "retrieve",
-                                       "--channel", channel],
+                                       "--json", "--channel", channel],
             "brute force command": [sys.executable, "-m", "bench.query_ratio", "--data-dir", str(data_dir),
                                     "--channel", channel]}
 
