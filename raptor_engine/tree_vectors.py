@@ -65,7 +65,8 @@ class TreeVectors:
             candidates = np.asarray([row for row in candidates if _matches(self.nodes[row], where)], dtype=np.int64)
         if n <= 0 or candidates.size == 0:
             return []
-        scores = self.vectors[candidates] @ _unit(vector)
+        whole = ids is None and where is None  # every row: no copy of the matrix
+        scores = (self.vectors if whole else self.vectors[candidates]) @ _unit(vector)
         order = np.argsort(-scores, kind="stable")[:n]
         return [Hit(self.nodes[candidates[i]], float(scores[i])) for i in order]
 
