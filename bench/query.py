@@ -9,9 +9,17 @@ goes through ``retrieve`` (collapsed tree, default budget) and through
 ``answer`` (retrieval plus the extractive answerer). Reported: p50, p95, mean
 and max latency in milliseconds, and how much of it the embedder took.
 
-Target: p95 of ``retrieve`` under 50 ms.
+Then, side by side (``bench/query_ratio.py``): each question through ``retrieve`` and through
+a brute-force search (the same embedder, numpy cosine over the channel's leaf vectors),
+interleaved, in ``--rounds`` rounds; and with ``--commands``, the whole commands
+``python -m bot retrieve`` and the brute force with the questions on stdin (issue 31 measured
+so: one process, every question). ``--pooled`` puts every article in one channel, as there.
 
-Run: ``python -m bench.query [--articles N] [--data-dir DIR] [--json FILE]``.
+Targets: p95 of ``retrieve`` under 50 ms; ``retrieve`` at most 1.3 times the brute force's
+time a question (the median of the rounds' ratios).
+
+Run: ``python -m bench.query [--articles N] [--data-dir DIR] [--pooled] [--rounds N] [--commands]
+[--json FILE]``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from bench.common import (
     Stopwatch,
@@ -42,6 +53,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.query_ratio import TARGET_RATIO, SideBySide, cli_commands, per_question_seconds, time_side_by_side
 from raptor_engine import ChannelKey, Engine, RetrievalSettings
 
 TARGET_P95_RETRIEVE_MS = 50.0
@@ -68,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = base_parser("bench.query", __doc__.split("\n\n")[0])
     add_articles_argument(parser)
     add_data_dir_argument(parser)
+    parser.add_argument("--pooled", action="store_true", help="every article in one channel (as issue 31 measured)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the side-by-side comparison (default 3)")
+    parser.add_argument("--commands", action="store_true",
+                        help="also time the whole commands (python -m bot retrieve, brute force) per channel")
     return parser
 
 
@@ -117,6 +133,43 @@ def latency_table(results: dict[str, Latencies]) -> str:
     return table(["operation", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "of which embedding, mean ms"], rows)
 
 
+def command_figures(directory: Path, asked: Sequence[Asked]) -> dict[str, tuple[float, float]]:
+    """Per command (``bot retrieve``, the brute force), the seconds of its runs with each
+    channel's questions on stdin, and its cost per question without the start-up (summed over
+    channels, one run per channel; the two commands alternate)."""
+    by_channel: dict[ChannelKey, list[str]] = {}
+    for key, text in asked:
+        by_channel.setdefault(key, []).append(text)
+    totals: dict[str, tuple[float, float]] = {}
+    for key, questions in by_channel.items():
+        for name, command in cli_commands(directory, key).items():
+            whole, each = per_question_seconds(command, questions)
+            before = totals.get(name, (0.0, 0.0))
+            totals[name] = (before[0] + whole, before[1] + each * len(questions))
+    return {name: (whole, total / len(asked)) for name, (whole, total) in totals.items()}
+
+
+def ratio_report(rounds: Sequence[SideBySide], commands: dict[str, tuple[float, float]]) -> dict[str, object]:
+    """Prints the side-by-side figures and the ratio's verdict; returns them for the JSON."""
+    print(heading("retrieve against a brute-force search, side by side (in this process)"))
+    rows = [[i + 1, 1000 * float(np.mean(r.retrieve)), 1000 * float(np.mean(r.brute)), r.ratio,
+             latency_summary(r.retrieve)["p50_ms"], latency_summary(r.brute)["p50_ms"]] for i, r in enumerate(rounds)]
+    print(table(["round", "retrieve mean ms", "brute mean ms", "ratio", "retrieve p50 ms", "brute p50 ms"], rows))
+    ratio = float(np.median([r.ratio for r in rounds]))
+    passed = ratio <= TARGET_RATIO
+    print(f"median ratio = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict(passed)}   [{machine_line('load')}]")
+    if commands:
+        print(heading("whole commands, questions on stdin (one process per channel)"))
+        print(table(["command", "seconds", "ms a question (start-up excluded)"],
+                    [[name, whole, 1000 * each] for name, (whole, each) in commands.items()]))
+        retrieve, brute = (each for _, each in commands.values())
+        print(f"ratio of the commands, a question = {retrieve / brute:.2f}")
+    return {"rounds": [{"retrieve_ms": 1000 * float(np.mean(r.retrieve)), "brute_ms": 1000 * float(np.mean(r.brute)),
+                        "ratio": r.ratio} for r in rounds],
+            "median_ratio": ratio, "target_max": TARGET_RATIO, "pass": passed,
+            "commands": {name: {"seconds": whole, "ms_a_question": 1000 * each} for name, (whole, each) in commands.items()}}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the query benchmark; returns the process exit code."""
     args = build_parser().parse_args(argv)
@@ -127,13 +180,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with data_dir(args.data_dir, "bench-query-") as directory:
         engine = offline_engine(directory, timed, embedder.token_counter())
         with Stopwatch() as setup:
-            keys = ensure_article_channels(engine, articles)
+            keys = ensure_article_channels(engine, articles, pooled=args.pooled)
         asked = [(keys[a.index], q.text) for a in articles for q in a.questions]
-        print(f"\n{len(articles)} channels (one tree per article) ready in {setup.seconds:.1f} s; "
+        print(f"\n{len(set(keys.values()))} channels ({len(articles)} articles) ready in {setup.seconds:.1f} s; "
               f"{len(asked)} questions (text only, without the options)")
         warm_up_query(engine, asked)
         results = {"retrieve (collapsed, 2000 tokens)": time_retrieve(engine, timed, asked),
                    "answer (retrieve + extractive answer)": time_answer(engine, timed, asked)}
+        rounds = [time_side_by_side(engine, embedder, asked, RetrievalSettings()) for _ in range(args.rounds)]
+        commands = command_figures(directory, asked) if args.commands else {}
     retrieve, answer = results.values()
     print(heading("Latency per question (after one warm-up query per channel)"))
     print(latency_table(results))
@@ -142,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     passed = p95 < TARGET_P95_RETRIEVE_MS
     print(heading("Target"))
     print(f"p95 retrieve = {p95:.1f} ms (target < {TARGET_P95_RETRIEVE_MS:.0f} ms): {verdict(passed)}")
+    ratio = ratio_report(rounds, commands)
     print("\n" + machine_line("machine at end"))
     write_json(args.json, {
         "benchmark": "query",
@@ -154,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "retrieve": retrieve.summary(),
         "answer": answer.summary() | {"found": answer.found},
         "target": {"p95_retrieve_ms_max": TARGET_P95_RETRIEVE_MS, "pass": passed},
+        "side_by_side": ratio,
     })
     return 0
 

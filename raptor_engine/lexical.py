@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import sparse
@@ -20,6 +21,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 # What counts as a word, for the lexical index and for anything that must split text the same way:
 # two or more letters or digits (scikit-learn's default token pattern).
 WORD_PATTERN = r"(?u)\b\w\w+\b"
+STEM_CACHE = 100_000  # words whose stem is kept: coverage asks for the same candidates' words question after question
 _SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
 _analyse = CountVectorizer(lowercase=True, stop_words="english", token_pattern=WORD_PATTERN).build_analyzer()
 
@@ -30,6 +32,7 @@ def terms(text: str) -> list[str]:
     return list(dict.fromkeys(_analyse(text)))
 
 
+@lru_cache(maxsize=STEM_CACHE)
 def stem(word: str) -> str:
     """A crude English stem (``checks``/``checked``/``checking`` -> ``check``), used only to
     match a question's words against the index's words; both sides go through it, so an

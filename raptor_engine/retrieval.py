@@ -61,6 +61,7 @@ from raptor_engine.scope import Scope, ScopeKind, SummaryMap, assess
 from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_id
+from raptor_engine.tree_vectors import TreeQueries
 from raptor_engine.types import Hit, RetrievalMode
 
 DEFAULT_BUDGET = defaults.BUDGET
@@ -130,9 +131,10 @@ def retrieve_scoped(
     """
     pool = settings.top_k * 2
     vector = query.vector
+    tree: TreeQueries = indexes.tree or store  # the served tree's vectors in memory, when kept
     # One unfiltered query, twice as deep, costs half a query filtered to layer 0 (Chroma
     # filters metadata first); the summaries it returns are dropped here.
-    nearest = store.query_tree(state.version, vector, 2 * pool) if state else []
+    nearest = tree.query_tree(state.version, vector, 2 * pool) if state else []
     tree_leaves = [hit for hit in nearest if hit.node.layer == 0][:pool]
     fresh = indexes.fresh.nearest(vector, pool)
     leaves = _merge_by_score(tree_leaves, fresh)
@@ -147,11 +149,11 @@ def retrieve_scoped(
     if settings.mode is RetrievalMode.LEAVES:
         return Retrieved(fill_budget(leaves, settings.budget, settings.top_k), scope)
     if settings.mode is RetrievalMode.TRAVERSAL and state is not None:
-        ranked = _merge_by_score(_by_score(_traverse(store, state, vector, settings.per_layer)), fresh)
+        ranked = _merge_by_score(_by_score(_traverse(tree, state, vector, settings.per_layer)), fresh)
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
         words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
-        leaves = _fuse(store, state, indexes.fresh, query, leaves, words)
+        leaves = _fuse(tree, state, indexes.fresh, query, leaves, words)
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
     if scope.kind is ScopeKind.THEME:
@@ -160,7 +162,7 @@ def retrieve_scoped(
     if subject is None or settings.budget <= OVERVIEW_GIST:
         return Retrieved(_covering(query, settings, scope, leaves, summaries, indexes.lexical), scope)
     gist = _covering(query, replace(settings, budget=OVERVIEW_GIST), scope, leaves, summaries, indexes.lexical)
-    return Retrieved(gist + _opening(store, state, indexes.fresh, query, subject, gist, settings), scope)
+    return Retrieved(gist + _opening(tree, state, indexes.fresh, query, subject, gist, settings), scope)
 
 
 def _relatedness(vector: np.ndarray, leaves: list[Hit], summaries: SummaryMap) -> float | None:
@@ -311,7 +313,7 @@ def _subject(leaves: Sequence[Hit], summaries: SummaryMap) -> str | None:
 
 
 def _opening(
-    store: ChannelStore,
+    store: TreeQueries,
     state: TreeState | None,
     fresh: FreshLeaves,
     query: Query,
@@ -340,7 +342,7 @@ def _opening(
     return fill_budget(in_order, left, room)
 
 
-def _scored(store: ChannelStore, state: TreeState | None, fresh: FreshLeaves, query: Query,
+def _scored(store: TreeQueries, state: TreeState | None, fresh: FreshLeaves, query: Query,
             ids: Sequence[str]) -> dict[str, Hit]:
     """The nodes ``ids`` that exist, as hits scored by their cosine to the question: from the
     fresh leaves, the others from the served tree (one Chroma query restricted to their ids)."""
@@ -375,7 +377,7 @@ def _summaries_for(query: Query, scope: Scope, leaves: list[Hit], summaries: Sum
 
 
 def _fuse(
-    store: ChannelStore,
+    store: TreeQueries,
     state: TreeState | None,
     fresh: FreshLeaves,
     query: Query,
@@ -412,7 +414,7 @@ def _merge_by_score(ranked: list[Hit], fresh: list[Hit]) -> list[Hit]:
     return merged + pending
 
 
-def _traverse(store: ChannelStore, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
+def _traverse(store: TreeQueries, state: TreeState, vector: np.ndarray, per_layer: int) -> list[Hit]:
     """Top-down: the best nodes of the top layer, then the best of their children, to the leaves.
 
     Subtrees of different heights hang under the channel's layers, so children

@@ -38,6 +38,7 @@ from raptor_engine.lexical import LexicalIndex, TermCounts, count_terms, joined
 from raptor_engine.scope import EMPTY_MAP, SummaryMap, summary_map
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_node
+from raptor_engine.tree_vectors import TreeQueries, TreeVectorCache
 from raptor_engine.types import ChannelKey, Hit, Node, Source
 
 TREE_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 counts and summary map in memory
@@ -75,11 +76,13 @@ NO_FRESH = FreshLeaves((), np.zeros((0, 0), dtype=np.float32))
 @dataclass(frozen=True, slots=True)
 class SearchIndexes:
     """What one question is searched with: BM25 over the served tree and the fresh leaves
-    (None when there is nothing to index), the tree's summary map, and the fresh leaves."""
+    (None when there is nothing to index), the tree's summary map, the fresh leaves, and what
+    the tree's nodes are searched with (None: the channel's store)."""
 
     lexical: LexicalIndex | None
     summaries: SummaryMap
     fresh: FreshLeaves
+    tree: TreeQueries | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ class ChannelIndexes:
         self._sources: OrderedDict[tuple[ChannelKey, str, str], _Source] = OrderedDict()
         self._combined: OrderedDict[ChannelKey, tuple[tuple[object, ...], LexicalIndex, FreshLeaves]] = OrderedDict()
         self._lock = threading.Lock()
+        self._vectors = TreeVectorCache()
 
     def for_question(
         self, key: ChannelKey, channel: ChannelStore, state: TreeState | None, pending: Sequence[Source], profile: str
@@ -116,13 +120,14 @@ class ChannelIndexes:
         tree = self.tree(key, channel, state) if state is not None else None
         sources = self._fresh_sources(key, channel, pending, profile)
         summaries = tree.summaries if tree else EMPTY_MAP
+        searched = self._vectors.searched(key, channel, state)
         if not sources:
-            return SearchIndexes(tree.lexical if tree else None, summaries, NO_FRESH)
+            return SearchIndexes(tree.lexical if tree else None, summaries, NO_FRESH, searched)
         # Tagged by the sources read, not those pending: one still being ingested elsewhere (no
         # leaves yet) must join the index at the question after it has them.
         tag = (tree.tag if tree else None, profile, *sources)
         lexical, fresh = self._joined(key, tag, tree, [sources[sid] for sid in sources])
-        return SearchIndexes(lexical, summaries, fresh)
+        return SearchIndexes(lexical, summaries, fresh, searched)
 
     def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> _Tree:
         """The served tree's counts, BM25 index and summary map, built on first use and kept

@@ -167,10 +167,23 @@ class ChannelCollections:
         self.key = key
         self.digest = digest
         self.prefix = f"rc-{digest}"
+        self._kept: dict[str, tuple[Any, ReopeningCollection]] = {}  # suffix -> (its client, handle)
 
     def open(self, suffix: str, cosine: bool = False) -> Any:
         """The collection ``rc-<digest>-<suffix>``, created if new (cosine space if ``cosine``)."""
         return open_collection(self.client, f"{self.prefix}-{suffix}", COSINE_CONFIG if cosine else PLAIN_CONFIG)
+
+    def kept(self, suffix: str) -> Any:
+        """The plain collection ``rc-<digest>-<suffix>`` through a kept handle: for the reads every
+        question makes (the served state, the sources), where opening cost more than the read
+        (measured: 6 ms against 4 on a busy machine). The handle opens it again after a drop
+        (:class:`ReopeningCollection`), and a new one is made when the channel's client changes."""
+        client = self.client
+        kept = self._kept.get(suffix)
+        if kept is None or kept[0] is not client:
+            kept = (client, ReopeningCollection(lambda: open_collection(client, f"{self.prefix}-{suffix}", PLAIN_CONFIG)))
+            self._kept[suffix] = kept
+        return kept[1]
 
     def names(self) -> list[str]:
         """The names of every collection in the database (not just this channel's)."""
@@ -209,4 +222,5 @@ class ChannelCollections:
                     continue  # dropped meanwhile by another process
             # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
             open_registry(self.client).delete(ids=[self.digest])
+        self._kept.clear()
         return records

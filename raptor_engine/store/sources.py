@@ -77,7 +77,7 @@ class Sources:
         if external_id is not None:
             clauses.append({"external_id": external_id})
         with translated("listing sources"):
-            got = self._src().get(where={"$and": clauses}, include=["metadatas"])
+            got = self._at.kept("src").get(where={"$and": clauses}, include=["metadatas"])
         sources = [_source_from_metadata(m) for m in got["metadatas"] or []]
         return sorted(sources, key=lambda s: (s.added_at, s.id))
 

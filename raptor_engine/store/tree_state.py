@@ -58,7 +58,7 @@ class TreeStates:
 
     def _read_meta(self) -> dict[str, Any] | None:
         with translated("reading the tree state"):
-            got = self._at.open("meta").get(ids=["state"], include=["metadatas"])
+            got = self._at.kept("meta").get(ids=["state"], include=["metadatas"])
         return dict(got["metadatas"][0]) if got["metadatas"] else None
 
     def write(self, state: TreeState, previous: TreePlace | None) -> None:

@@ -1,0 +1,115 @@
+"""The served tree's vectors in memory: searched instead of Chroma, as Chroma would answer,
+read anew for each new tree (a rebuild, a forget), fresh leaves still found, memory bounded."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from raptor_engine import SentenceTransformerEmbedder, tree_vectors
+from raptor_engine.engine import Engine
+from raptor_engine.retrieval import RetrievalSettings
+from raptor_engine.store import ChannelStore, ChromaStore
+from raptor_engine.tree_vectors import InMemoryTree, TreeVectorCache, TreeVectors
+from raptor_engine.types import ChannelKey, Document, Hit, Node, RetrievalMode
+from tests.conftest import SAMPLE, make_engine
+from tests.raptor_engine.test_answering import LIGHTHOUSE
+
+QUESTIONS = ("What happens if a page is not acknowledged within ten minutes?",
+             "What is this handbook about? Summarize its main points.",
+             "Who keeps the lamp of the lighthouse lit at night?")
+LAMP = "How often must the keepers wind the lamp's clockwork?"
+
+
+def _node(node_id: str, layer: int = 0) -> Node:
+    return Node(id=node_id, layer=layer, text=node_id, tokens=1, source_ids=("s",))
+
+
+def test_nearest_is_exact_with_ties_in_row_order_and_filters() -> None:
+    vectors = np.array([[1, 0], [0, 1], [1, 1], [1, 0]], dtype=np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    nodes = (_node("a"), _node("b"), _node("c", layer=1), _node("d"))
+    tree = TreeVectors((1, 0, "t"), nodes, unit, {n.id: row for row, n in enumerate(nodes)})
+    assert [hit.node.id for hit in tree.nearest(np.array([2.0, 0.0]), 3)] == ["a", "d", "c"]
+    assert [hit.node.id for hit in tree.nearest(np.array([1.0, 0.0]), 9, ids=["b", "x", "c"])] == ["c", "b"]
+    assert [hit.node.id for hit in tree.nearest(np.array([1.0, 0.0]), 9, where={"layer": 1})] == ["c"]
+    assert tree.nearest(np.array([1.0, 0.0]), 0) == [] and tree.nearest(np.array([1.0, 0.0]), 3, ids=[]) == []
+
+
+def _counting_store_queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the Chroma queries of tree nodes made from now on."""
+    calls: list[int] = []
+    original = ChannelStore.query_tree
+
+    def counted(self: ChannelStore, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
+                ids: Sequence[str] | None = None) -> list[Hit]:
+        calls.append(version)
+        return original(self, version, vector, n, where, ids)
+
+    monkeypatch.setattr(ChannelStore, "query_tree", counted)
+    return calls
+
+
+def _answers(engine: Engine, channel: ChannelKey, questions: Sequence[str]) -> list[list[tuple[str, float]]]:
+    found = []
+    for question in questions:
+        for mode in RetrievalMode:
+            hits = engine.retrieve(channel, question, RetrievalSettings(mode=mode, budget=600))
+            found.append([(hit.node.id, round(hit.score, 4)) for hit in hits])
+    return found
+
+
+def test_retrieval_searches_the_tree_in_memory_and_finds_what_chroma_finds(
+    store: ChromaStore, engine: Engine, embedder: SentenceTransformerEmbedder, channel: ChannelKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(channel, Document(LIGHTHOUSE, "Keepers' manual"))
+    asyncio.run(engine.rebuild(channel))
+    engine.retrieve(channel, QUESTIONS[0])  # reads the tree's vectors once
+    queries = _counting_store_queries(monkeypatch)
+    in_memory = _answers(engine, channel, QUESTIONS)
+    assert queries == []  # no Chroma query at all: every mode searched the served tree in memory
+    monkeypatch.setattr(tree_vectors, "MEMORY_NODES", 0)  # an engine that keeps no tree: Chroma, as before
+    assert _answers(make_engine(store, embedder), channel, QUESTIONS) == in_memory
+    assert queries  # that engine did query Chroma
+
+
+def test_a_new_tree_is_searched_after_a_rebuild_and_a_forget_and_fresh_leaves_meanwhile(
+    engine: Engine, channel: ChannelKey
+) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    engine.retrieve(channel, LAMP)  # the handbook's tree in memory now
+    lighthouse = engine.ingest(channel, Document(LIGHTHOUSE, "Keepers' manual")).source
+    fresh = engine.retrieve(channel, LAMP, RetrievalSettings(mode=RetrievalMode.LEAVES))
+    assert fresh[0].node.source_ids == (lighthouse.id,)  # a fresh leaf, before any rebuild
+    asyncio.run(engine.rebuild(channel))
+    built = engine.retrieve(channel, LAMP, RetrievalSettings(mode=RetrievalMode.LEAVES))
+    assert built[0].node.id == fresh[0].node.id  # now from the new tree, searched in memory
+    engine.forget(channel, lighthouse.id)  # the served tree loses its nodes: a new revision
+    after = engine.retrieve(channel, LAMP, RetrievalSettings(mode=RetrievalMode.LEAVES))
+    assert all(lighthouse.id not in hit.node.source_ids for hit in after)
+
+
+def test_the_trees_kept_stay_within_the_bound(engine: Engine, channel: ChannelKey) -> None:
+    other = ChannelKey(channel.platform, channel.workspace, channel.channel + "-2")
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(other, Document(LIGHTHOUSE, "Keepers' manual"))
+    for key in (channel, other):
+        asyncio.run(engine.rebuild(key))
+    stores = {key: engine.store.channel(key) for key in (channel, other)}
+    states = {key: stores[key].live_state() for key in (channel, other)}
+    sizes = {key: sum(state.nodes_per_layer.values()) for key, state in states.items() if state}
+    cache = TreeVectorCache(limit=max(sizes.values()))
+    for key in (channel, other):
+        assert isinstance(cache.searched(key, stores[key], states[key]), InMemoryTree)
+        assert cache.nodes() <= max(sizes.values())
+    assert list(cache.kept()) == [other]  # the first was let go to make room
+    small = TreeVectorCache(limit=min(sizes.values()) - 1)
+    assert all(small.searched(key, stores[key], states[key]) is stores[key] for key in (channel, other))
+    assert small.nodes() == 0  # a tree over the bound is searched in Chroma, never kept
