@@ -21,7 +21,9 @@ Three modes, as in the paper:
     an overview covers what the material says most, a theme what its best
     passages say. Repeats add nothing, so an extractive summary never spends
     budget on sentences already chosen, and a root covering a source usually
-    comes first. Summaries lead the context, then leaves.
+    comes first. Summaries lead the context, then leaves. From
+    :data:`THEME_EVIDENCE_FROM` tokens a theme first keeps its best-ranked
+    leaves within :data:`THEME_EVIDENCE` of the budget (see :func:`_theme`).
   - an *overview of a channel holding one document* gets that coverage within
     :data:`OVERVIEW_GIST` tokens, the gist, then the document's opening in its
     own order with the rest of the budget: its title, abstract or
