@@ -44,7 +44,8 @@ SUMMARY_CHARS = 600  # offline answers: the summary leading a broad answer is cu
 SUMMARY_CHARS_RANGE = (80, 10_000)
 # Channels whose search indexes (BM25 over the served tree and its fresh leaves, the summary map)
 # a process keeps in memory, least recently asked dropped first: about 1-3 MiB each for a channel
-# of ~150 nodes. A question in a channel not kept builds them again from the store.
+# of ~150 nodes. A question in a channel not kept builds them again from the store. The same
+# number of channels keep their store handles (about 75 KiB each, see channel_writers.py).
 INDEXED_CHANNELS = 64
 INDEXED_CHANNELS_RANGE = (1, 100_000)
 
