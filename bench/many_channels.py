@@ -24,8 +24,9 @@ together within ``TARGET_TOTAL_MIB``, and p95 in an evicted channel at most ``TA
 The load average is printed with each phase: other jobs may share the machine.
 
 Run: ``python -m bench.many_channels [--channels 1000] [--open-indexes 500] [--json FILE]``;
-``--channels 50`` is a quick check. Writing takes about a second a channel on the 2-core machine
-under other agents' load (300 channels: 5.5 minutes; 1,000 would take over half an hour).
+``--channels 50`` is a quick check. Writing takes one to two and a half seconds a channel on the
+2-core machine, with the load of other agents, not with the channels written (1,000 channels:
+34 minutes at load 3-19, then 8 minutes of questions).
 """
 
 from __future__ import annotations
