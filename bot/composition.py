@@ -93,6 +93,7 @@ def engine_settings(config: Config) -> EngineSettings:
             hybrid=config.retrieval.hybrid,
         ),
         support_threshold=config.answers.support_threshold,
+        indexed_channels=config.retrieval.indexed_channels,
     )
 
 

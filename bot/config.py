@@ -147,6 +147,8 @@ class RetrievalConfig(_Section):
     hybrid: bool = True
     # Offline answers: the summary leading an answer to a broad question is cut to this many characters.
     summary_chars: int = _ranged(defaults.SUMMARY_CHARS, defaults.SUMMARY_CHARS_RANGE)
+    # Channels whose search indexes a process keeps in memory, least recently asked out.
+    indexed_channels: int = _ranged(defaults.INDEXED_CHANNELS, defaults.INDEXED_CHANNELS_RANGE)
 
 
 class ScheduleConfig(_Section):

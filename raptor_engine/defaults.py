@@ -42,6 +42,12 @@ PER_LAYER_RANGE = (1, 100)
 SUPPORT_THRESHOLD = 0.5  # answers: the share of a sentence's words its cited nodes must hold (answer_check.py)
 SUMMARY_CHARS = 600  # offline answers: the summary leading a broad answer is cut to this
 SUMMARY_CHARS_RANGE = (80, 10_000)
+# Channels whose search indexes (BM25 over the served tree and its fresh leaves, the summary map)
+# a process keeps in memory, least recently asked dropped first: about 1-3 MiB each for a channel
+# of ~150 nodes. A question in a channel not kept builds them again from the store. The same
+# number of channels keep their store handles (about 75 KiB each, see channel_writers.py).
+INDEXED_CHANNELS = 64
+INDEXED_CHANNELS_RANGE = (1, 100_000)
 
 # -- a Chroma server ----------------------------------------------------------------
 STORE_TIMEOUT_S = 10.0  # each request to a Chroma server is given up after this long

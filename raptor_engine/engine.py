@@ -94,6 +94,9 @@ class EngineSettings:
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     # Answers: a sentence is supported when its cited nodes hold this share of its content words.
     support_threshold: float = SUPPORT_THRESHOLD
+    # Channels whose search indexes (search_indexes.py) and store handles (channel_writers.py)
+    # stay in memory, least recently used out.
+    indexed_channels: int = defaults.INDEXED_CHANNELS
 
 
 class Engine:
@@ -124,10 +127,10 @@ class Engine:
         self._answerer = answerer
         self.settings = settings
         # Per channel, the BM25 index and summary map of its served tree and of its fresh leaves.
-        self._indexes = ChannelIndexes()
+        self._indexes = ChannelIndexes(settings.indexed_channels)
         # Questions run in the foreground: rebuilds step aside between their steps while one runs.
         self._gate = ForegroundGate()
-        self._writers = ChannelWriters(store, self._indexes.forget)
+        self._writers = ChannelWriters(store, self._indexes.forget, settings.indexed_channels)
         self._ingests = IngestPipeline(embedder, counter, settings.chunk_tokens, self._writers)
         self._leaf_profile = self._ingests.leaf_profile
         self._rebuilds = RebuildPipeline(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raptor_engine import defaults
 from raptor_engine.lexical import LexicalIndex, TermCounts, count_terms, joined
 from raptor_engine.scope import EMPTY_MAP, SummaryMap, summary_map
 from raptor_engine.store import ChannelStore, TreeState
@@ -41,9 +42,7 @@ from raptor_engine.store.leaves import leaf_node
 from raptor_engine.tree_vectors import TreeQueries, TreeVectorCache
 from raptor_engine.types import ChannelKey, Hit, Node, Source
 
-TREE_CACHE_SIZE = 64  # channels whose served tree keeps its BM25 counts and summary map in memory
 FRESH_CACHE_LEAVES = 200_000  # fresh leaves kept in memory over all channels (~1 KiB each with its vector)
-COMBINED_CACHE_SIZE = 64  # BM25 indexes over a tree plus its fresh leaves, one per channel
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +100,15 @@ class _Source:
 
 
 class ChannelIndexes:
-    """The indexes of many channels, least recently used out. Thread-safe: questions of
-    several threads share it; a slow build runs outside the lock."""
+    """The indexes of many channels, least recently used out: those of at most ``channels``
+    channels are kept (a served tree's, and a tree's joined with its fresh leaves), and at most
+    ``FRESH_CACHE_LEAVES`` fresh leaves over all. Thread-safe: questions of several threads
+    share it; a slow build runs outside the lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: int = defaults.INDEXED_CHANNELS) -> None:
+        if channels < 1:
+            raise ValueError(f"channels must be at least 1, not {channels}")
+        self._channels = channels
         self._trees: OrderedDict[ChannelKey, _Tree] = OrderedDict()
         self._sources: OrderedDict[tuple[ChannelKey, str, str], _Source] = OrderedDict()
         self._combined: OrderedDict[ChannelKey, tuple[tuple[object, ...], LexicalIndex, FreshLeaves]] = OrderedDict()
@@ -145,7 +149,7 @@ class ChannelIndexes:
             if cached is None or cached.tag <= tag:
                 self._trees[key] = built
                 self._trees.move_to_end(key)
-            while len(self._trees) > TREE_CACHE_SIZE:
+            while len(self._trees) > self._channels:
                 self._trees.popitem(last=False)
         return built
 
@@ -208,7 +212,7 @@ class ChannelIndexes:
         with self._lock:
             self._combined[key] = (tag, index, fresh)
             self._combined.move_to_end(key)
-            while len(self._combined) > COMBINED_CACHE_SIZE:
+            while len(self._combined) > self._channels:
                 self._combined.popitem(last=False)
         return index, fresh
 

@@ -190,30 +190,48 @@ def dumps(value: Any) -> str:
 
 
 class ChromaServer:
-    """``chroma run`` on 127.0.0.1, restartable on the same port (a server that goes away and returns)."""
+    """``chroma run`` on 127.0.0.1, restartable on the same port (a server that goes away and returns).
 
-    def __init__(self, directory: Path) -> None:
+    ``open_indexes``, where given, bounds how many collections' vector indexes the server keeps
+    open in memory (least recently used closed first), as ``deploy/chroma.yaml`` does; None
+    leaves Chroma's default (65,536: in effect every collection it ever opened)."""
+
+    def __init__(self, directory: Path, open_indexes: int | None = None) -> None:
         self.directory = directory
         self.port = free_port()
+        self.open_indexes = open_indexes
         self._popen: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
         return "127.0.0.1", self.port
 
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (None when it is not running)."""
+        return self._popen.pid if self._popen is not None and self._popen.poll() is None else None
+
     def start(self, timeout: float = 60.0) -> None:
         from raptor_engine.reclaim import chroma_command
 
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "server.log", "ab") as log:
-            self._popen = subprocess.Popen(
-                [chroma_command(), "run", "--path", str(self.directory / "db"), "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT)
+            self._popen = subprocess.Popen([chroma_command(), "run", *self._arguments()], stdout=log,
+                                           stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while not _listens(self.port):
             if self._popen.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"chroma run did not start on port {self.port}")
             time.sleep(0.2)
+
+    def _arguments(self) -> list[str]:
+        """``chroma run``'s arguments: a configuration file when the open indexes are bounded
+        (a file is the only way to set it), else the path, host and port."""
+        if self.open_indexes is None:
+            return ["--path", str(self.directory / "db"), "--host", "127.0.0.1", "--port", str(self.port)]
+        config = self.directory / "chroma.yaml"
+        config.write_text(yaml.safe_dump(chroma_config(self.directory / "db", self.port, self.open_indexes)))
+        return [str(config)]
 
     def pause(self) -> None:
         """Stops the server with SIGSTOP: it keeps its port and takes connections (the kernel
@@ -231,6 +249,16 @@ class ChromaServer:
             self.resume()  # a stopped process would take SIGTERM only once continued
             terminate(self._popen)
         self._popen = None
+
+
+def chroma_config(persist_path: Path, port: int, open_indexes: int) -> dict[str, Any]:
+    """A ``chroma run`` configuration (Chroma 1.x) on 127.0.0.1 that keeps at most ``open_indexes``
+    collections' vector indexes open. The pool is Chroma's ``hnsw_index_pool_cache_config``, an
+    LRU of entries weighing one each, split into shards that each evict on their own: one shard,
+    so the bound is the number given, not a share of it per shard."""
+    pool = {"lru": {"capacity": open_indexes, "shards": 1}}
+    return {"persist_path": str(persist_path), "listen_address": "127.0.0.1", "port": port,
+            "segment_manager": {"hnsw_index_pool_cache_config": pool}}
 
 
 class BackgroundLoop:

@@ -189,9 +189,21 @@ class ChannelCollections:
         """The names of every collection in the database (not just this channel's)."""
         return [str(getattr(c, "name", c)) for c in self.client.list_collections()]
 
-    def own_names(self) -> list[str]:
-        """The names of this channel's collections (``rc-<digest>-*``), sorted."""
-        return sorted(n for n in self.names() if n.startswith(f"{self.prefix}-"))
+    def own_names(self, among: list[str] | None = None) -> list[str]:
+        """The names of this channel's collections (``rc-<digest>-*``), sorted; picked from
+        ``among`` (every collection's name, listed once for many channels) or from a new listing."""
+        return sorted(n for n in (self.names() if among is None else among) if n.startswith(f"{self.prefix}-"))
+
+    def exists(self, suffix: str) -> bool:
+        """Whether the collection ``rc-<digest>-<suffix>`` exists: one lookup by name, whatever
+        the number of collections in the database (listing them all grows with the channels)."""
+        from chromadb.errors import NotFoundError
+
+        try:
+            self.client.get_collection(f"{self.prefix}-{suffix}", embedding_function=None)
+        except NotFoundError:
+            return False
+        return True
 
     def cache_collections(self, kind: str) -> list[Any]:
         """Every existing ``rc-<digest>-<kind>-<profile>`` collection (one per cache profile)."""

@@ -60,6 +60,10 @@ _TREE_NAME = re.compile(r"^rc-(?P<digest>[0-9a-f]{24})-t(?P<version>\d+)$")
 _PAGE = 256
 # One migration at a time in a process: two threads opening one old channel would do it twice.
 _MIGRATING = threading.Lock()
+# The collections a channel written by any version holds once it holds anything: its sources,
+# its served state (and notes), its tree pool, its answers. Caches and trees of their own
+# (``leaf-``/``sum-<profile>``, ``t<version>``) come only with sources or a state.
+_FIRST_WRITTEN = ("src", "meta", "tree", "answers")
 # Fields added to records since their kind was first written, with what a record written before
 # meant. A source written before states was listed, built from and searched: it is stored.
 _SOURCE_DEFAULTS: dict[str, Any] = {"state": SourceState.STORED.value, "file_name": ""}
@@ -91,9 +95,15 @@ class Migrated:
         return ", ".join(counts) or "nothing was older"
 
 
-def open_channel(client: Any, key: ChannelKey, digest: str) -> None:
+def open_channel(client: Any, key: ChannelKey, digest: str, listed: list[str] | None = None) -> None:
     """Lists the channel in the registry, its records brought first to the current format if the
-    registry does not say they are in it (see the module docstring). Raises ``StoreError``."""
+    registry does not say they are in it (see the module docstring). ``listed``: every
+    collection's name, when the caller listed them already. Raises ``StoreError``.
+
+    A channel the registry does not list is new, and only looked up by name: every version
+    listed a channel before writing to it, and a drop unlists it last. What an older version's
+    writer in another process may have written into it after a drop holds sources, a state or
+    a tree (or answers): if any of those exists, the channel is migrated as a listed one."""
     if _registered_format(client, digest) == STORE_FORMAT:
         return
     with _MIGRATING:
@@ -102,16 +112,19 @@ def open_channel(client: Any, key: ChannelKey, digest: str) -> None:
             return
         collections = ChannelCollections(client, key, digest)
         with translated("bringing the channel's records to the current format"):
-            migrate_channel(collections)
+            if registered is not None or any(collections.exists(suffix) for suffix in _FIRST_WRITTEN):
+                migrate_channel(collections, listed)
             record_format(open_registry(client), key, digest)
 
 
 def migrate_listed(client: Any) -> None:
     """Brings every channel the registry lists, but does not record in the current format, to it,
-    and gives the registry itself the short write log: what opening a store does first. A
-    channel that fails is logged and left; opening it later tries again (and raises then)."""
+    and gives the registry itself the short write log: what opening a store does first. The
+    collections are listed once for all those channels. A channel that fails is logged and
+    left; opening it later tries again (and raises then)."""
     with translated("reading the registry of channels"):
-        if REGISTRY_COLLECTION not in [str(getattr(c, "name", c)) for c in client.list_collections()]:
+        listed = [str(getattr(c, "name", c)) for c in client.list_collections()]
+        if REGISTRY_COLLECTION not in listed:
             return  # a new store: nothing written before
         registry = open_registry(client)
         _shorten_log(registry)
@@ -121,17 +134,18 @@ def migrate_listed(client: Any) -> None:
             continue
         key = ChannelKey(str(metadata["platform"]), str(metadata["workspace"]), str(metadata["channel"]))
         try:
-            open_channel(client, key, digest)
+            open_channel(client, key, digest, listed)
         except StoreError as exc:
             log.warning("channel %s: its records could not be brought to the current format (opening "
                         "it tries again): %s", key, exc)
 
 
-def migrate_channel(collections: ChannelCollections) -> Migrated:
+def migrate_channel(collections: ChannelCollections, listed: list[str] | None = None) -> Migrated:
     """Rewrites whatever earlier versions wrote in the channel's collections to the current
-    format (see the module docstring); what it changed. Changes nothing already current."""
+    format (see the module docstring); what it changed. Changes nothing already current.
+    ``listed``: every collection's name, if listed already (else they are listed here)."""
     done = Migrated()
-    names = collections.own_names()
+    names = collections.own_names(listed)
     if not names:
         return done  # a new channel
     client, prefix = collections.client, collections.prefix

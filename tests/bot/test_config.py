@@ -24,6 +24,17 @@ def test_file_limits_reach_the_engine(tmp_path: Path) -> None:
     assert (settings.max_file_bytes, settings.max_text_chars) == (2 * 1024 * 1024, 512 * 1024)
 
 
+def test_the_channels_kept_indexed_reach_the_engine_and_are_at_least_one(tmp_path: Path) -> None:
+    from bot.composition import engine_settings  # noqa: PLC0415 - only this test needs the engine side
+
+    path = tmp_path / "c.yaml"
+    path.write_text("retrieval:\n  indexed_channels: 500\n")
+    assert engine_settings(load_config(path)).indexed_channels == 500
+    path.write_text("retrieval:\n  indexed_channels: 0\n")
+    with pytest.raises(ConfigError, match=r"retrieval\.indexed_channels"):
+        load_config(path)
+
+
 def test_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("tree:\n  summary_tokens: 100\n  max_clusterz: 3\n")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from raptor_engine.store import REGISTRY_COLLECTION, TEXT_KEY, ChromaStore, SourceState, TreeState, channel_digest
+from raptor_engine.store.migrations import migrate_listed
 from raptor_engine.store.tree_format import TreePlace, node_metadata, pool_metadata
 from raptor_engine.types import AnswerRecord, ChannelKey, Node, SourceKind
 
@@ -35,10 +36,14 @@ class OldVersion:
     """Writes a channel's records as earlier versions did: straight into Chroma, with Chroma's
     default write log, texts as documents, and a registry entry that records no format."""
 
-    def __init__(self, store: ChromaStore, key: ChannelKey) -> None:
+    def __init__(self, store: ChromaStore, key: ChannelKey, listed: bool = True) -> None:
+        """``listed``: the channel in the registry, as every version listed it before writing
+        (not: an older writer in another process wrote into it after it was dropped)."""
         self.client = store._client  # the database itself: an older version of this code wrote it
         self.key = key
         self.prefix = f"rc-{channel_digest(key)}"
+        if not listed:
+            return
         registry = self.client.get_or_create_collection(REGISTRY_COLLECTION, embedding_function=None)
         registry.upsert(ids=[channel_digest(key)], embeddings=[[1.0]],
                         metadatas=[{"platform": key.platform, "workspace": key.workspace, "channel": key.channel}])
@@ -288,3 +293,67 @@ def test_a_new_channel_is_registered_in_the_current_format(any_store: ChromaStor
     registry = any_store._client.get_collection(REGISTRY_COLLECTION, embedding_function=None)
     assert registry.get(ids=[channel_digest(channel)], include=["metadatas"])["metadatas"][0]["format"] == 2
     assert store.notes() == {"n": "v"}
+
+
+class CountedListings:
+    """A real Chroma client that counts how often every collection of the database is listed."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.listings = 0
+
+    def list_collections(self, *args: Any, **kwargs: Any) -> Any:
+        self.listings += 1
+        return self.client.list_collections(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def test_opening_a_new_channel_looks_up_its_collections_by_name_and_lists_none(
+    any_store: ChromaStore, channel: ChannelKey
+) -> None:
+    """Listing every collection grows with the channels (a second at 3,000 collections on a
+    server): a new channel, unlisted, is told apart by name, and no listing is made."""
+    counted = CountedListings(any_store._client)
+    other = ChannelKey(channel.platform, channel.workspace, f"{channel.channel}-other")
+    any_store.channel(other).put_answer(AnswerRecord("a0", "q?", "another channel's", "bob", "now"))
+
+    store = ChromaStore(counted).channel(channel)
+    store.set_note("n", "v")
+
+    assert counted.listings == 0
+    registry = any_store._client.get_collection(REGISTRY_COLLECTION, embedding_function=None)
+    assert registry.get(ids=[channel_digest(channel)], include=["metadatas"])["metadatas"][0]["format"] == 2
+    assert store.notes() == {"n": "v"} and store.get_answer("a0") is None
+
+
+def test_an_unlisted_channel_an_older_writer_wrote_into_is_migrated(any_store: ChromaStore, channel: ChannelKey) -> None:
+    """An older version's writer in another process, writing after the channel was dropped,
+    re-created its collections without listing it: found by name, and migrated."""
+    old = OldVersion(any_store, channel, listed=False)
+    sid = "j" * 64
+    old.source(sid, "written after the drop")
+    old.leaf("p", sid, "its leaf", _vectors(1)[0])
+
+    store = any_store.channel(channel)
+
+    assert [(s.id, store.source_text(s.id)) for s in store.list_sources()] == [(sid, "written after the drop")]
+    assert [c.text for c in store.cached_leaves("p", [sid])[sid][0]] == ["its leaf"]
+    assert channel in any_store.channels()
+
+
+def test_opening_a_store_lists_the_collections_once_for_every_older_channel(
+    any_store: ChromaStore, channel: ChannelKey
+) -> None:
+    keys = [ChannelKey(channel.platform, channel.workspace, f"{channel.channel}-{n}") for n in range(3)]
+    for n, key in enumerate(keys):
+        OldVersion(any_store, key).source(f"{n}" * 64, f"source {n}")
+    counted = CountedListings(any_store._client)
+
+    migrate_listed(counted)
+
+    assert counted.listings == 1
+    for n, key in enumerate(keys):
+        source, state = any_store.channel(key).source_record(f"{n}" * 64)  # type: ignore[misc]
+        assert state is SourceState.STORED and source.file_name == ""
