@@ -556,3 +556,16 @@ def quiet_logs() -> None:
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message=r"precomputed_knn\[2\]", category=UserWarning)
+
+
+def positive_number(text: str) -> int:
+    """An argparse type: ``text`` as an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """A signal handler that stops a run as Ctrl-C would, so its servers are stopped too."""
+    raise KeyboardInterrupt(f"signal {signum}")

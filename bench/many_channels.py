@@ -52,10 +52,12 @@ from bench.common import (
     base_parser,
     data_dir,
     heading,
+    interrupted,
     latency_summary,
     load_articles,
     machine_info,
     machine_line,
+    positive_number,
     start_run,
     table,
     verdict,
@@ -309,28 +311,17 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = base_parser("bench.many_channels", __doc__.split("\n\n")[0])
-    parser.add_argument("--channels", type=_positive, default=DEFAULT_CHANNELS, metavar="N",
+    parser.add_argument("--channels", type=positive_number, default=DEFAULT_CHANNELS, metavar="N",
                         help=f"channels written and asked (default {DEFAULT_CHANNELS})")
     parser.add_argument("--open-indexes", type=int, default=DEFAULT_OPEN_INDEXES, metavar="N",
                         help=f"the server's bound on open vector indexes (default {DEFAULT_OPEN_INDEXES}, as "
                              "deploy/chroma.yaml; 0: Chroma's default)")
-    parser.add_argument("--templates", type=_positive, default=DEFAULT_TEMPLATES, metavar="N",
+    parser.add_argument("--templates", type=positive_number, default=DEFAULT_TEMPLATES, metavar="N",
                         help=f"channels built for real, copied into the others (default {DEFAULT_TEMPLATES})")
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                         help="keep the server's data and logs here (default: a temporary directory)")
     parser.add_argument("--ask", type=Path, default=None, help=argparse.SUPPRESS)  # the question process
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     articles = load_articles(args.data)
     start_info = start_run()
-    previous = signal.signal(signal.SIGTERM, _interrupted)  # a killed run stops its server too
+    previous = signal.signal(signal.SIGTERM, interrupted)  # a killed run stops its server too
     try:
         with data_dir(args.work_dir, "bench-many-") as root:
             figures = run(args, root, articles)

@@ -65,11 +65,13 @@ from bench.common import (
     base_parser,
     data_dir,
     heading,
+    interrupted,
     latency_summary,
     load_articles,
     machine_info,
     machine_line,
     percentile,
+    positive_number,
     start_run,
     table,
     verdict,
@@ -712,28 +714,17 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = base_parser("bench.scale", __doc__.split("\n\n")[0])
-    parser.add_argument("--channels", type=_positive, default=DEFAULT_CHANNELS, metavar="N",
+    parser.add_argument("--channels", type=positive_number, default=DEFAULT_CHANNELS, metavar="N",
                         help=f"channels rebuilt per round (default {DEFAULT_CHANNELS})")
-    parser.add_argument("--questions", type=_positive, default=DEFAULT_QUESTIONS, metavar="N",
+    parser.add_argument("--questions", type=positive_number, default=DEFAULT_QUESTIONS, metavar="N",
                         help=f"questions asked in each condition (default {DEFAULT_QUESTIONS})")
-    parser.add_argument("--overhead-calls", type=_positive, default=DEFAULT_OVERHEAD_CALLS, metavar="N",
+    parser.add_argument("--overhead-calls", type=positive_number, default=DEFAULT_OVERHEAD_CALLS, metavar="N",
                         help=f"calls of each coordination operation timed (default {DEFAULT_OVERHEAD_CALLS})")
-    parser.add_argument("--chars", type=_positive, default=None, metavar="N",
+    parser.add_argument("--chars", type=positive_number, default=None, metavar="N",
                         help="cut every article to its first N characters (default: whole articles; for smoke tests)")
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
                         help="keep the processes' configurations, logs and data here (default: a temporary directory)")
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -743,7 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.chars is not None:
         articles = [replace(article, text=article.text[:args.chars]) for article in articles]
     start_info = start_run()
-    previous = signal.signal(signal.SIGTERM, _interrupted)  # a killed run stops its processes too
+    previous = signal.signal(signal.SIGTERM, interrupted)  # a killed run stops its processes too
     try:
         with data_dir(args.work_dir, "bench-scale-") as root:
             figures = run(args, root, articles)
