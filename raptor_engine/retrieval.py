@@ -71,7 +71,10 @@ DEFAULT_TOP_K = defaults.TOP_K
 DEFAULT_PER_LAYER = defaults.PER_LAYER
 MAX_SUMMARY_OVERLAP = 0.5  # collapsed: a summary repeating more of chosen sentences is skipped
 _MENTION = re.compile(r"<@!?\w+>|@[\w.-]+")
-RRF_K = 60  # reciprocal-rank fusion's damping constant (Cormack et al., 2009)
+# Coverage weighs a candidate at rank r by 1 / (RRF_K + r + 1): reciprocal-rank fusion's damping
+# constant (Cormack et al., 2009). The leaves are no longer fused by rank (fusion.py); the flat
+# baseline of bench.retrieval still is, with this constant.
+RRF_K = 60
 # A theme question's context at THEME_EVIDENCE_FROM tokens or more starts with its best-ranked
 # leaves within THEME_EVIDENCE of the budget, then coverage (see _theme).
 THEME_EVIDENCE = 0.25
