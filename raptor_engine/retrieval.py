@@ -262,12 +262,14 @@ def _word_weights(
     weights: dict[str, float] = {}
     total = sum(relevance) or 1.0
     for held, weight in zip(words, relevance):
+        share = weight / total
         for word in held:
-            weights[word] = weights.get(word, 0.0) + weight / total
-    if lexical is not None and lexical.size and breadth > 0:
+            weights[word] = weights.get(word, 0.0) + share
+    size = lexical.size if lexical is not None else 0
+    if lexical is not None and size and breadth > 0:
         vocabulary = list(weights)
         for word, count in zip(vocabulary, lexical.frequencies(vocabulary)):
-            weights[word] = (1 - breadth) * weights[word] + breadth * count / lexical.size
+            weights[word] = (1 - breadth) * weights[word] + breadth * count / size
     return weights
 
 
@@ -282,7 +284,7 @@ def _greedy_cover(
     gains are kept in a heap and only the top one is recomputed until it stays on top.
     """
     # fsum: exact whatever the order, and a set's order changes with the process's string hashing.
-    heap = [(-math.fsum(weights[w] for w in held), i) for i, held in enumerate(words)]
+    heap = [(-math.fsum(map(weights.__getitem__, held)), i) for i, held in enumerate(words)]
     heapq.heapify(heap)
     chosen: list[Hit] = []
     taken: set[str] = set()
@@ -293,7 +295,7 @@ def _greedy_cover(
         hit = pool[i]
         if hit.node.id in taken or used + cost(hit.node) > settings.budget:
             continue  # taken already (a node can be a candidate twice), or it no longer fits: never will
-        gain = math.fsum(weights[w] for w in words[i] - covered)
+        gain = math.fsum(map(weights.__getitem__, words[i] - covered))
         if gain <= 0:
             continue
         if heap and gain < -heap[0][0]:

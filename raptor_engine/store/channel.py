@@ -27,15 +27,18 @@ from raptor_engine.store.tree_format import TreeState
 from raptor_engine.store.tree_pool import TreePool
 from raptor_engine.store.tree_reads import TreeReads
 from raptor_engine.store.tree_state import TreeStates
+from raptor_engine.store.write_clock import WriteClock
 from raptor_engine.types import AnswerRecord, ChannelKey, Chunk, Hit, Node, Source
 
 
 class ChannelStore:
     """All storage of one channel. Methods raise ``StoreError`` on Chroma failures."""
 
-    def __init__(self, client: Any, key: ChannelKey, digest: str) -> None:
+    def __init__(self, client: Any, key: ChannelKey, digest: str, clock: WriteClock | None = None) -> None:
+        """``clock``: the embedded store's count of this process's writes (see ``write_clock.py``),
+        None on a Chroma server."""
         self.key = key
-        self._collections = ChannelCollections(client, key, digest)
+        self._collections = ChannelCollections(client, key, digest, clock)
         self._sources = Sources(self._collections)
         self._leaves = Leaves(self._collections)
         self._summaries = Summaries(self._collections)

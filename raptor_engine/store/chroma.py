@@ -24,6 +24,7 @@ from raptor_engine.store.channel import ChannelStore
 from raptor_engine.store.common import channel_digest, log, open_registry, translated
 from raptor_engine.store.deadline import open_with_deadline
 from raptor_engine.store.migrations import migrate_listed, open_channel
+from raptor_engine.store.write_clock import CountingClient, clock_for
 from raptor_engine.types import ChannelKey
 
 
@@ -31,8 +32,11 @@ class ChromaStore:
     """The Chroma database holding every channel; hands out one :class:`ChannelStore` each."""
 
     def __init__(self, client: Any, path: Path | None = None) -> None:
-        """``path``: the data directory of an embedded client, None for a Chroma server."""
-        self._client = client
+        """``path``: the data directory of an embedded client, None for a Chroma server. An
+        embedded client's writes are counted (``write_clock.py``): the reads every question
+        makes are kept until this process writes again."""
+        self._clock = clock_for(path) if path is not None else None
+        self._client = CountingClient(client, self._clock) if self._clock is not None else client
         self._path = path
         self._reclaiming = threading.Lock()  # one reclaim at a time: two would rewrite the file twice
 
@@ -52,7 +56,7 @@ class ChromaStore:
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False))
         store = cls(client, path)
-        migrate_listed(client)
+        migrate_listed(store._client)
         try:
             store.reclaim(only_if_worth=True)
         except StoreError as exc:
@@ -139,7 +143,7 @@ class ChromaStore:
         the current format first if an earlier version wrote them (``migrations.py``)."""
         digest = channel_digest(key)
         open_channel(self._client, key, digest)
-        return ChannelStore(self._client, key, digest)
+        return ChannelStore(self._client, key, digest, self._clock)
 
     def reclaim(self, only_if_worth: bool = False) -> Reclaimed | None:
         """Gives back the disk space embedded Chroma keeps after collections are deleted (a

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from raptor_engine.errors import RaptorError, StoreError, StoreTimeout, StoreUnavailable
+from raptor_engine.store.write_clock import Remembered, WriteClock
 from raptor_engine.types import ChannelKey
 
 # One logger for the whole package, under the name the store always logged as: operators'
@@ -159,15 +160,18 @@ class ChannelCollections:
     """The Chroma collections of one channel, ``rc-<digest>-*``, shared by every part of its store.
 
     ``client`` is read on every call, never copied: a part always uses the client the channel
-    has now (a test swaps in one that writes in small batches).
+    has now (a test swaps in one that writes in small batches). ``remembered`` keeps the reads
+    every question makes while no write was made since (an embedded store's clock, see
+    ``write_clock.py``; a server's reads are made every time).
     """
 
-    def __init__(self, client: Any, key: ChannelKey, digest: str) -> None:
+    def __init__(self, client: Any, key: ChannelKey, digest: str, clock: WriteClock | None = None) -> None:
         self.client = client
         self.key = key
         self.digest = digest
         self.prefix = f"rc-{digest}"
         self._kept: dict[str, tuple[Any, ReopeningCollection]] = {}  # suffix -> (its client, handle)
+        self.remembered = Remembered(clock)
 
     def open(self, suffix: str, cosine: bool = False) -> Any:
         """The collection ``rc-<digest>-<suffix>``, created if new (cosine space if ``cosine``)."""
@@ -235,4 +239,5 @@ class ChannelCollections:
             # Last: a drop cut short leaves the channel listed, never collections of an unlisted one.
             open_registry(self.client).delete(ids=[self.digest])
         self._kept.clear()
+        self.remembered.clear()
         return records

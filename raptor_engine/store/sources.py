@@ -73,11 +73,15 @@ class Sources:
     def listed(self, external_id: str | None = None) -> list[Source]:
         """Every listed (stored) source of the channel, oldest first; only those with
         ``external_id`` when it is given (one lookup, not a listing)."""
-        clauses: list[dict[str, Any]] = [{"segment": 0}, {"state": SourceState.STORED.value}]
         if external_id is not None:
-            clauses.append({"external_id": external_id})
+            return self._read_listed([{"external_id": external_id}])
+        # Every question lists them: kept until this process writes to the store again (write_clock.py).
+        return list(self._at.remembered.get("sources", lambda: tuple(self._read_listed([]))))
+
+    def _read_listed(self, clauses: list[dict[str, Any]]) -> list[Source]:
+        stored: list[dict[str, Any]] = [{"segment": 0}, {"state": SourceState.STORED.value}, *clauses]
         with translated("listing sources"):
-            got = self._at.kept("src").get(where={"$and": clauses}, include=["metadatas"])
+            got = self._at.kept("src").get(where={"$and": stored}, include=["metadatas"])
         sources = [_source_from_metadata(m) for m in got["metadatas"] or []]
         return sorted(sources, key=lambda s: (s.added_at, s.id))
 

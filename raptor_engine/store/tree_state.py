@@ -57,6 +57,12 @@ class TreeStates:
         return state
 
     def _read_meta(self) -> dict[str, Any] | None:
+        """The state record as stored; every question reads it, so it is kept until this
+        process writes to the store again (``write_clock.py``)."""
+        kept = self._at.remembered.get("state", self._read_stored_meta)
+        return dict(kept) if kept is not None else None
+
+    def _read_stored_meta(self) -> dict[str, Any] | None:
         with translated("reading the tree state"):
             got = self._at.kept("meta").get(ids=["state"], include=["metadatas"])
         return dict(got["metadatas"][0]) if got["metadatas"] else None
