@@ -60,6 +60,7 @@ The package, one module per seam (each module's docstring states its contract):
 - ``common.py``       a channel's collections, naming, opening, batching, error translation
 - ``chroma.py``       :class:`ChromaStore`: opening embedded or remote Chroma, reclaiming space
 - ``deadline.py``     a Chroma server's requests given up after a deadline (``StoreTimeout``)
+- ``write_clock.py``  an embedded store's writes counted, so the reads every question makes are kept
 - ``migrations.py``   records of earlier versions brought to the current format, once per channel
 - ``channel.py``      :class:`ChannelStore`: the thin aggregate callers use, delegating to:
 - ``sources.py``      source texts and states
