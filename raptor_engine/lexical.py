@@ -110,6 +110,8 @@ class LexicalIndex:
 
     def _build(self, counted: TermCounts, k1: float, b: float) -> None:
         self._ids = list(counted.ids)
+        # Each id's place in id order: equal scores rank by id, whatever order the texts were read in.
+        self._id_order = np.argsort(np.argsort(np.asarray(self._ids, dtype=object), kind="stable"), kind="stable")
         self._vocabulary = counted.vocabulary
         self._frequency_by_stem: dict[str, int] | None = None
         counts = counted.counts.copy()
@@ -132,7 +134,7 @@ class LexicalIndex:
         return np.asarray(sorted(found), dtype=np.int64)
 
     def top(self, query: str, n: int) -> list[tuple[str, float]]:
-        """Up to ``n`` (id, BM25 score) pairs with a positive score, best first."""
+        """Up to ``n`` (id, BM25 score) pairs with a positive score, best first (equal scores by id)."""
         if self._weights is None or n <= 0:
             return []
         columns = self._columns(query)
@@ -142,7 +144,7 @@ class LexicalIndex:
         positive = np.flatnonzero(scores > 0)
         if positive.size == 0:
             return []
-        best = positive[np.argsort(-scores[positive], kind="stable")[:n]]
+        best = positive[np.lexsort((self._id_order[positive], -scores[positive]))[:n]]
         return [(self._ids[i], float(scores[i])) for i in best]
 
     @property

@@ -39,7 +39,7 @@ from raptor_engine.lexical import LexicalIndex, TermCounts, count_terms, joined
 from raptor_engine.scope import EMPTY_MAP, SummaryMap, summary_map
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_node
-from raptor_engine.tree_vectors import TreeQueries, TreeVectorCache
+from raptor_engine.tree_vectors import InMemoryTree, TreeQueries, TreeVectorCache, TreeVectors
 from raptor_engine.types import ChannelKey, Hit, Node, Source
 
 FRESH_CACHE_LEAVES = 200_000  # fresh leaves kept in memory over all channels (~1 KiB each with its vector)
@@ -121,10 +121,13 @@ class ChannelIndexes:
         """The indexes for a question in ``key``: ``state`` is the served tree (None before the
         first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``
         (their hits come titled and linked as their source)."""
-        tree = self.tree(key, channel, state) if state is not None else None
+        # The tree's vectors first: when they are kept in memory, its BM25 index and summary map
+        # are built from the same nodes, not read from the store again.
+        searched = self._vectors.searched(key, channel, state)
+        read = searched.vectors if isinstance(searched, InMemoryTree) else None
+        tree = self.tree(key, channel, state, read) if state is not None else None
         sources = self._fresh_sources(key, channel, pending, profile)
         summaries = tree.summaries if tree else EMPTY_MAP
-        searched = self._vectors.searched(key, channel, state)
         if not sources:
             return SearchIndexes(tree.lexical if tree else None, summaries, NO_FRESH, searched)
         # Tagged by the sources read, not those pending: one still being ingested elsewhere (no
@@ -133,16 +136,17 @@ class ChannelIndexes:
         lexical, fresh = self._joined(key, tag, tree, [sources[sid] for sid in sources])
         return SearchIndexes(lexical, summaries, fresh, searched)
 
-    def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> _Tree:
+    def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState, read: TreeVectors | None = None) -> _Tree:
         """The served tree's counts, BM25 index and summary map, built on first use and kept
-        (an older tree's are never asked for again once a newer one is served)."""
+        (an older tree's are never asked for again once a newer one is served); from ``read``,
+        the tree's nodes and vectors when they are in memory already, else read from the store."""
         tag = (state.version, state.revision)
         with self._lock:
             cached = self._trees.get(key)
             if cached is not None and cached.tag == tag:
                 self._trees.move_to_end(key)
                 return cached
-        built = _tree_of(channel, state)
+        built = _tree_of(channel, state, read if read is not None and read.tag[:2] == tag else None)
         with self._lock:
             cached = self._trees.get(key)
             # A question that read the state just before a switch must not evict the new tree's indexes.
@@ -224,11 +228,20 @@ def tree_indexes(channel: ChannelStore, state: TreeState) -> SearchIndexes:
     return SearchIndexes(tree.lexical, tree.summaries, NO_FRESH)
 
 
-def _tree_of(channel: ChannelStore, state: TreeState) -> _Tree:
-    """A tree version's BM25 index and summary map, read from the store."""
-    ids, texts, titles = channel.node_texts(state.version)
+def _tree_of(channel: ChannelStore, state: TreeState, read: TreeVectors | None = None) -> _Tree:
+    """A tree version's BM25 index and summary map: from ``read`` (every node of the tree and
+    its vector, in memory already), else read from the store."""
+    if read is None:
+        ids, texts, titles = channel.node_texts(state.version)
+        summaries = load_summary_map(channel, state)
+    else:
+        ids = [node.id for node in read.nodes]
+        texts = [node.text for node in read.nodes]
+        titles = [node.title if node.layer == 0 else "" for node in read.nodes]
+        above = [row for row, node in enumerate(read.nodes) if node.layer > 0]
+        summaries = summary_map([read.nodes[row] for row in above], read.vectors[above]) if above else EMPTY_MAP
     counts = count_terms(ids, titled(texts, titles) if len(set(titles) - {""}) > 1 else texts)
-    return _Tree((state.version, state.revision), counts, LexicalIndex.of_counts(counts), load_summary_map(channel, state))
+    return _Tree((state.version, state.revision), counts, LexicalIndex.of_counts(counts), summaries)
 
 
 def titled(texts: Sequence[str], titles: Sequence[str]) -> list[str]:

@@ -90,6 +90,11 @@ class InMemoryTree:
         self._store = store
         self._vectors = vectors
 
+    @property
+    def vectors(self) -> TreeVectors:
+        """The served tree's nodes and vectors this answers from."""
+        return self._vectors
+
     def query_tree(self, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
                    ids: Sequence[str] | None = None) -> list[Hit]:
         if version != self._vectors.tag[0] or not _simple(where):

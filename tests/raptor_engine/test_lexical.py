@@ -26,3 +26,12 @@ def test_scores_are_positive_and_descending() -> None:
     index = LexicalIndex([str(i) for i in range(4)], ["apple " * (i + 1) + "pear" for i in range(4)])
     scores = [score for _, score in index.top("apple", 4)]
     assert all(score > 0 for score in scores) and scores == sorted(scores, reverse=True)
+
+
+def test_equal_scores_rank_by_id_whatever_order_the_texts_were_read_in() -> None:
+    """A tree read from Chroma and the same tree taken from memory list their nodes in other
+    orders; the same question must rank them the same."""
+    texts = {"n.3": "the lamp is lit", "n.1": "the lamp is lit", "n.2": "a lamp burns all night long here"}
+    forward = LexicalIndex(list(texts), list(texts.values()))
+    backward = LexicalIndex(list(reversed(texts)), list(reversed(texts.values())))
+    assert [i for i, _ in forward.top("lamp", 3)] == [i for i, _ in backward.top("lamp", 3)] == ["n.1", "n.3", "n.2"]

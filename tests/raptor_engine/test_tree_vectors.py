@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raptor_engine import SentenceTransformerEmbedder, tree_vectors
+from raptor_engine import SentenceTransformerEmbedder, search_indexes, tree_vectors
 from raptor_engine.engine import Engine
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import ChannelStore, ChromaStore
@@ -94,6 +94,34 @@ def test_a_new_tree_is_searched_after_a_rebuild_and_a_forget_and_fresh_leaves_me
     engine.forget(channel, lighthouse.id)  # the served tree loses its nodes: a new revision
     after = engine.retrieve(channel, LAMP, RetrievalSettings(mode=RetrievalMode.LEAVES))
     assert all(lighthouse.id not in hit.node.source_ids for hit in after)
+
+
+def test_a_first_question_builds_the_trees_word_index_and_summary_map_from_the_vectors_it_read(
+    store: ChromaStore, engine: Engine, embedder: SentenceTransformerEmbedder, channel: ChannelKey,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tree's nodes and vectors, read once for the in-memory search, serve its BM25 index and
+    summary map too: no second read of its texts or its summaries, and the same indexes as read."""
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(channel, Document(LIGHTHOUSE, "Keepers' manual"))
+    asyncio.run(engine.rebuild(channel))
+    texts_read: list[int] = []
+    original = ChannelStore.node_texts
+    monkeypatch.setattr(ChannelStore, "node_texts", lambda self, version: texts_read.append(version) or original(self, version))
+    fresh = make_engine(store, embedder)
+    in_memory = _answers(fresh, channel, QUESTIONS)
+    assert texts_read == []
+    channel_store = store.channel(channel)
+    state = channel_store.live_state()
+    kept = search_indexes._tree_of(channel_store, state, tree_vectors.tree_vectors(channel_store, state))
+    read = search_indexes._tree_of(channel_store, state)
+    assert texts_read == [state.version]
+    for question in (*QUESTIONS, LAMP):
+        assert kept.lexical.top(question, 50) == read.lexical.top(question, 50)
+    assert kept.summaries.nodes == read.summaries.nodes and kept.summaries.tops == read.summaries.tops
+    assert np.allclose(kept.summaries.vectors, read.summaries.vectors, atol=1e-6)
+    monkeypatch.setattr(tree_vectors, "MEMORY_NODES", 0)  # a tree too large to keep: read as before
+    assert _answers(make_engine(store, embedder), channel, QUESTIONS) == in_memory
 
 
 def test_the_trees_kept_stay_within_the_bound(engine: Engine, channel: ChannelKey) -> None:
