@@ -142,7 +142,7 @@ class Engine:
             ingests=self._ingests,
             writers=self._writers,
             gate=self._gate,
-            warm_indexes=self._indexes.tree,
+            warm_indexes=self._indexes.warm,
             build_guard=build_guard,
         )
         self._questions = Questions(self._writers, embedder, answerer, self._indexes, self._gate, self._leaf_profile,

@@ -284,9 +284,9 @@ class RebuildPipeline:
         return state, verdict
 
     def _warm_indexes(self, key: ChannelKey, channel: ChannelStore) -> None:
-        """Builds the served tree's BM25 index and summary map now, so the first question after
-        a rebuild does not wait for them. The tree is already served: a store failure here only
-        leaves them to be built on first use."""
+        """Reads the served tree's vectors and builds its BM25 index and summary map now, so the
+        first question after a rebuild does not wait for them. The tree is already served: a
+        store failure here only leaves them to be built on first use."""
         try:
             state = channel.live_state()
             if state is not None:

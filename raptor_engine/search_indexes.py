@@ -121,11 +121,7 @@ class ChannelIndexes:
         """The indexes for a question in ``key``: ``state`` is the served tree (None before the
         first build), ``pending`` the sources not in it, whose leaves are cached under ``profile``
         (their hits come titled and linked as their source)."""
-        # The tree's vectors first: when they are kept in memory, its BM25 index and summary map
-        # are built from the same nodes, not read from the store again.
-        searched = self._vectors.searched(key, channel, state)
-        read = searched.vectors if isinstance(searched, InMemoryTree) else None
-        tree = self.tree(key, channel, state, read) if state is not None else None
+        searched, tree = self._served(key, channel, state)
         sources = self._fresh_sources(key, channel, pending, profile)
         summaries = tree.summaries if tree else EMPTY_MAP
         if not sources:
@@ -135,6 +131,19 @@ class ChannelIndexes:
         tag = (tree.tag if tree else None, profile, *sources)
         lexical, fresh = self._joined(key, tag, tree, [sources[sid] for sid in sources])
         return SearchIndexes(lexical, summaries, fresh, searched)
+
+    def warm(self, key: ChannelKey, channel: ChannelStore, state: TreeState) -> None:
+        """Reads tree ``state``'s vectors and builds its indexes now (a rebuild has just served
+        it), so that the channel's next question reads nothing."""
+        self._served(key, channel, state)
+
+    def _served(self, key: ChannelKey, channel: ChannelStore, state: TreeState | None) -> tuple[TreeQueries, _Tree | None]:
+        """What the served tree is searched with, and its indexes (None before any tree). The
+        vectors come first: when they are kept in memory, the BM25 index and summary map are
+        built from the same nodes, not read from the store again."""
+        searched = self._vectors.searched(key, channel, state)
+        read = searched.vectors if isinstance(searched, InMemoryTree) else None
+        return searched, self.tree(key, channel, state, read) if state is not None else None
 
     def tree(self, key: ChannelKey, channel: ChannelStore, state: TreeState, read: TreeVectors | None = None) -> _Tree:
         """The served tree's counts, BM25 index and summary map, built on first use and kept

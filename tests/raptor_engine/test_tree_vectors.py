@@ -124,6 +124,20 @@ def test_a_first_question_builds_the_trees_word_index_and_summary_map_from_the_v
     assert _answers(make_engine(store, embedder), channel, QUESTIONS) == in_memory
 
 
+def test_the_first_question_after_a_rebuild_reads_nothing_of_the_tree(
+    engine: Engine, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild reads the tree it served once, for its vectors and indexes together."""
+    engine.ingest_file(channel, SAMPLE)
+    asyncio.run(engine.rebuild(channel))
+    reads: list[str] = []
+    for name in ("list_layer", "get_tree_embeddings", "node_texts", "query_tree"):
+        original = getattr(ChannelStore, name)
+        monkeypatch.setattr(ChannelStore, name, lambda self, *a, _name=name, _f=original, **k: reads.append(_name) or _f(self, *a, **k))
+    assert engine.retrieve(channel, QUESTIONS[0]) and engine.retrieve(channel, QUESTIONS[1])
+    assert reads == []
+
+
 def test_the_trees_kept_stay_within_the_bound(engine: Engine, channel: ChannelKey) -> None:
     other = ChannelKey(channel.platform, channel.workspace, channel.channel + "-2")
     engine.ingest_file(channel, SAMPLE)
