@@ -22,7 +22,9 @@ one-document channel it cost patents 1.2 points at 500 tokens, hence the rule.
 Nothing here is told of an ingest: the pending sources are the store's, read
 by every question (``Engine._retrieval``), so a process serving the same
 channel from a Chroma server finds what another process ingested, and a
-forgotten source drops out of the next question's index.
+forgotten source drops out of the next question's index. (An embedded store,
+which only this process writes, keeps that read until this process writes
+again: ``store/write_clock.py``.)
 """
 
 from __future__ import annotations
