@@ -62,14 +62,12 @@ from pathlib import Path
 
 from bench.citations import CitationTally, citation_table, tallies_payload
 from bench.common import (
-    DataSet,
     Stopwatch,
     data_dir,
     ensure_article_channels,
     heading,
     latency_summary,
     load_embedder,
-    load_sets,
     machine_info,
     machine_line,
     offline_engine,
@@ -80,6 +78,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import DataSet, load_sets
 from bench.measure import content_words, mean_interval, word_recall
 from raptor_engine import (
     Answer,

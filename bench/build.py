@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from bench.common import (
-    Article,
     Stopwatch,
     TimedEmbedder,
     article_document,
@@ -31,7 +30,6 @@ from bench.common import (
     children_peak_rss_mib,
     data_dir,
     heading,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -44,6 +42,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 from raptor_engine import ChannelKey, SentenceTransformerEmbedder
 
 TARGET_RATIO = 1.5  # whole build / embedding only (issue 31: it was 2.0)

@@ -28,13 +28,11 @@ from pathlib import Path
 
 from adapters.console.app import ConsoleChannel
 from bench.common import (
-    Article,
     article_document,
     base_parser,
     children_peak_rss_mib,
     heading,
     latency_summary,
-    load_articles,
     machine_info,
     machine_line,
     peak_rss_mib,
@@ -44,6 +42,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
 from bot.runtime import Assistant

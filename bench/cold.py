@@ -45,10 +45,8 @@ from pathlib import Path
 
 from bench.build import measure_size
 from bench.common import (
-    Article,
     base_parser,
     heading,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -58,6 +56,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 
 TARGET_PAPER_RATIO = 3.0  # cold rebuild of one article / its cold ingest
 TARGET_ARTICLES_RATIO = 1.5  # cold rebuild of 15 articles / warm rebuild of the same

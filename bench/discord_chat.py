@@ -45,14 +45,12 @@ from pydantic import SecretStr
 from adapters.discord_bot.client import DiscordClient, run_discord
 from adapters.discord_bot.translate import Place
 from bench.common import (
-    Article,
     Stopwatch,
     article_document,
     base_parser,
     data_dir,
     heading,
     latency_summary,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -63,6 +61,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 from bot.config import BotConfig, Config, DiscordConfig, RateLimitConfig, ScheduleConfig
 from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant

@@ -25,13 +25,13 @@ from bench.common import (
     ensure_article_channels,
     heading,
     load_embedder,
-    load_sets,
     machine_line,
     offline_engine,
     offline_identity,
     verdict,
     write_json,
 )
+from bench.data import load_sets
 from raptor_engine.regression_gate import ApprovedQuestion, check_tree
 
 TARGET_S = 10.0

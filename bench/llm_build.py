@@ -30,13 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import (
-    Article,
     Stopwatch,
     add_articles_argument,
     article_document,
     base_parser,
     heading,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -46,6 +44,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 from raptor_engine import (
     BuildReport,
     ChannelKey,

@@ -48,13 +48,11 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
-    Article,
     base_parser,
     data_dir,
     heading,
     interrupted,
     latency_summary,
-    load_articles,
     machine_info,
     machine_line,
     positive_number,
@@ -63,6 +61,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import Article, load_articles
 from bench.soak import status_fields, status_mib
 from bot.composition import build_engine, engine_settings
 from bot.config import ChromaConfig, Config

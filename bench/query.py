@@ -43,7 +43,6 @@ from bench.common import (
     ensure_article_channels,
     heading,
     latency_summary,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -53,6 +52,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import load_articles
 from bench.query_ratio import TARGET_RATIO, SideBySide, cli_commands, per_question_seconds, time_side_by_side
 from raptor_engine import ChannelKey, Engine, RetrievalSettings
 

@@ -50,18 +50,13 @@ import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer
 
 from bench.common import (
-    Article,
-    DataSet,
-    Question,
     Stopwatch,
     data_dir,
     ensure_article_channels,
     heading,
     load_embedder,
-    load_sets,
     machine_info,
     machine_line,
-    normalised,
     offline_engine,
     offline_identity,
     sets_parser,
@@ -71,6 +66,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import Article, DataSet, Question, load_sets, normalised
 from bench.measure import (
     Interval,
     Paired,

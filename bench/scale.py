@@ -61,13 +61,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from bench.common import (
-    Article,
     base_parser,
     data_dir,
     heading,
     interrupted,
     latency_summary,
-    load_articles,
     machine_info,
     machine_line,
     percentile,
@@ -77,6 +75,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import Article, load_articles
 from bench.soak import descendants, status_fields, status_mib
 from bot.composition import build_engine
 from bot.config import ChromaConfig, Config

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    Article,
     Stopwatch,
     add_articles_argument,
     add_data_dir_argument,
@@ -43,7 +42,6 @@ from bench.common import (
     data_dir,
     heading,
     latency_summary,
-    load_articles,
     load_embedder,
     machine_info,
     machine_line,
@@ -54,6 +52,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.data import Article, load_articles
 from bot.config import BotConfig, Config, RateLimitConfig
 from bot.engine_calls import AsyncEngine
 from bot.runtime import Assistant

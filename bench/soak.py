@@ -69,10 +69,8 @@ from typing import Any
 from adapters.console.app import ConsoleChannel
 from adapters.console.translate import PIN_PREFIX, pin_number_of
 from bench.common import (
-    Article,
     base_parser,
     heading,
-    load_articles,
     machine_info,
     machine_line,
     start_run,
@@ -80,6 +78,7 @@ from bench.common import (
     verdict,
     write_json,
 )
+from bench.data import Article, load_articles
 from bot.composition import open_bot
 from bot.config import BotConfig, Config, ConsoleConfig, RateLimitConfig
 from bot.neutral import Reply, ReplyKind

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import answers, build, query, retrieval
-from bench.common import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
+from bench.data import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
 from bench.measure import content_words, distinguishing_words, mean_interval, paired_difference, word_recall
 from bench.retrieval import Sentence, oracle_recall, rrf_scores
 
@@ -161,7 +161,7 @@ def test_answers_report_recall_summary_citations_and_refusals(
 
 
 def test_question_parsing_handles_every_option_layout() -> None:
-    from bench.common import parse_question
+    from bench.data import parse_question
 
     for instruction in ("Why?\n\n (A) one \n (B) two\n (C) three\n (D) four",
                         "Why?\n\n(A) one\n(B) two\n(C) three\n(D) four",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench import scale
-from bench.common import DEFAULT_DATA
+from bench.data import DEFAULT_DATA
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from bench import soak
-from bench.common import DEFAULT_DATA
+from bench.data import DEFAULT_DATA
 
 CI_ARGS = ["--minutes", "1.25", "--sample-s", "5", "--churn-s", "2", "--question-pause-s", "0.3",
            "--chars", "3000", "--articles-per-channel", "1", "--warm-cycles", "2", "--min-cycles", "3"]
