@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import resource
+import signal
 import tempfile
 import time
 import warnings
@@ -379,6 +380,16 @@ def positive_number(text: str) -> int:
     return value
 
 
-def interrupted(signum: int, frame: object) -> None:
-    """A signal handler that stops a run as Ctrl-C would, so its servers are stopped too."""
+@contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Within it, SIGTERM stops the run as Ctrl-C would, so the servers and processes it started
+    are stopped too; the handler before it is restored after."""
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")

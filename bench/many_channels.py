@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -51,12 +50,12 @@ from bench.common import (
     base_parser,
     data_dir,
     heading,
-    interrupted,
     latency_summary,
     machine_info,
     machine_line,
     positive_number,
     start_run,
+    stopped_by_sigterm,
     table,
     verdict,
     write_json,
@@ -332,12 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     articles = load_articles(args.data)
     start_info = start_run()
-    previous = signal.signal(signal.SIGTERM, interrupted)  # a killed run stops its server too
-    try:
-        with data_dir(args.work_dir, "bench-many-") as root:
-            figures = run(args, root, articles)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with stopped_by_sigterm(), data_dir(args.work_dir, "bench-many-") as root:  # a killed run stops its server too
+        figures = run(args, root, articles)
     payload = report(args, figures)
     write_json(args.json, {"benchmark": "many_channels", "channels": args.channels, "machine_start": start_info,
                            "machine_end": machine_info(), **figures, **payload})

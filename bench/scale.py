@@ -47,7 +47,6 @@ import argparse
 import asyncio
 import os
 import re
-import signal
 import sys
 import time
 import uuid
@@ -64,13 +63,13 @@ from bench.common import (
     base_parser,
     data_dir,
     heading,
-    interrupted,
     latency_summary,
     machine_info,
     machine_line,
     percentile,
     positive_number,
     start_run,
+    stopped_by_sigterm,
     table,
     verdict,
     write_json,
@@ -733,12 +732,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.chars is not None:
         articles = [replace(article, text=article.text[:args.chars]) for article in articles]
     start_info = start_run()
-    previous = signal.signal(signal.SIGTERM, interrupted)  # a killed run stops its processes too
-    try:
-        with data_dir(args.work_dir, "bench-scale-") as root:
-            figures = run(args, root, articles)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with stopped_by_sigterm(), data_dir(args.work_dir, "bench-scale-") as root:  # a killed run stops its processes too
+        figures = run(args, root, articles)
     payload = report(args, figures)
     write_json(args.json, {
         "benchmark": "scale",
