@@ -32,6 +32,7 @@ import numpy as np
 from bench.common import Stopwatch
 from raptor_engine import ChannelKey, ChromaStore, Embedder, Engine, RetrievalSettings
 from raptor_engine.store import ChannelStore
+from raptor_engine.unit_vectors import unit, unit_rows
 
 TARGET_RATIO = 1.3  # retrieve's time a question at most this many times the brute force's
 
@@ -51,14 +52,11 @@ class BruteForce:
             raise RuntimeError(f"{store.key} has no tree: build it first")
         leaves = store.list_layer(state.version, 0, 10**9)
         stored = store.get_tree_embeddings(state.version, [leaf.id for leaf in leaves])
-        matrix = np.vstack([stored[leaf.id] for leaf in leaves]).astype(np.float32)
-        unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-        return cls(tuple(leaf.id for leaf in leaves), unit)
+        return cls(tuple(leaf.id for leaf in leaves), unit_rows(np.vstack([stored[leaf.id] for leaf in leaves])))
 
     def search(self, embedder: Embedder, question: str, top_k: int) -> list[str]:
         """The ids of the ``top_k`` leaves nearest to the question, best first."""
-        vector = np.asarray(embedder.embed([question])[0], dtype=np.float32)
-        scores = self.vectors @ (vector / max(float(np.linalg.norm(vector)), 1e-12))
+        scores = self.vectors @ unit(embedder.embed([question])[0])
         return [self.ids[i] for i in np.argsort(-scores)[:top_k]]
 
 

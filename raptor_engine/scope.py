@@ -94,6 +94,7 @@ import numpy as np
 
 from raptor_engine.lexical import LexicalIndex, terms
 from raptor_engine.types import Hit, Node
+from raptor_engine.unit_vectors import unit
 
 FORM_LOW = 0.25
 FORM_HIGH = 0.5
@@ -318,7 +319,7 @@ class SummaryMap:
         known = [node_id for node_id in ids if node_id in self.nodes]
         if not known:
             return []
-        query = _unit(np.asarray(vector, dtype=np.float32))
+        query = unit(vector)
         scores = self.vectors[[self.rows[node_id] for node_id in known]] @ query
         return [Hit(self.nodes[node_id], float(score)) for node_id, score in zip(known, scores)]
 
@@ -326,7 +327,7 @@ class SummaryMap:
         """The cosine of ``vector`` to the nearest source centre; None without any."""
         if not len(self.centroids):
             return None
-        return float(np.max(self.centroids @ _unit(np.asarray(vector, dtype=np.float32))))
+        return float(np.max(self.centroids @ unit(vector)))
 
 
 _NO_ROWS = np.zeros((0, 0), dtype=np.float32)
@@ -338,14 +339,14 @@ def summary_map(summaries: Sequence[Node], vectors: np.ndarray) -> SummaryMap:
     embeddings, row for row)."""
     if not summaries:
         return EMPTY_MAP
-    rows = np.vstack([_unit(row) for row in np.asarray(vectors, dtype=np.float32)])
+    rows = np.vstack([unit(row) for row in np.asarray(vectors, dtype=np.float32)])
     first = [i for i, node in enumerate(summaries) if node.layer == 1]
-    channel_centroid = _unit(rows[first].mean(axis=0) if first else rows.mean(axis=0))
+    channel_centroid = unit(rows[first].mean(axis=0) if first else rows.mean(axis=0))
     by_source: dict[str, list[int]] = {}
     for i in first:
         if len(summaries[i].source_ids) == 1:
             by_source.setdefault(summaries[i].source_ids[0], []).append(i)
-    centroids = {source: _unit(rows[members].mean(axis=0)) for source, members in by_source.items()}
+    centroids = {source: unit(rows[members].mean(axis=0)) for source, members in by_source.items()}
     centrality = {}
     for node, row in zip(summaries, rows):
         single = node.source_ids[0] if len(node.source_ids) == 1 else None
@@ -369,8 +370,3 @@ def _tops(summaries: Sequence[Node]) -> tuple[str, ...]:
                 roots[node.source_ids[0]] = node
     ordered = sorted(roots.values(), key=lambda n: (-n.layer, n.id))
     return tuple(dict.fromkeys([*channel, *(n.id for n in ordered)]))
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector

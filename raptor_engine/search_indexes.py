@@ -43,6 +43,7 @@ from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_node
 from raptor_engine.tree_vectors import InMemoryTree, TreeQueries, TreeVectorCache, TreeVectors
 from raptor_engine.types import ChannelKey, Hit, Node, Source
+from raptor_engine.unit_vectors import unit, unit_rows
 
 FRESH_CACHE_LEAVES = 200_000  # fresh leaves kept in memory over all channels (~1 KiB each with its vector)
 
@@ -59,7 +60,7 @@ class FreshLeaves:
         leaves only: a few files' worth, not the channel)."""
         if not self.nodes or n <= 0:
             return []
-        scores = self.vectors @ _unit(vector)
+        scores = self.vectors @ unit(vector)
         order = np.argsort(-scores, kind="stable")[:n]
         return [Hit(self.nodes[i], float(scores[i])) for i in order]
 
@@ -67,7 +68,7 @@ class FreshLeaves:
         """The leaves ``ids`` (others skipped) as hits scored by cosine to ``vector``."""
         rows = {node.id: row for row, node in enumerate(self.nodes)}
         wanted = [rows[node_id] for node_id in ids if node_id in rows]
-        scores = self.vectors[wanted] @ _unit(vector) if wanted else []
+        scores = self.vectors[wanted] @ unit(vector) if wanted else []
         return [Hit(self.nodes[row], float(score)) for row, score in zip(wanted, scores)]
 
 
@@ -196,9 +197,8 @@ class ChannelIndexes:
         missing = [sid for sid, cached in known.items() if cached is None]
         for sid, (chunks, vectors) in channel.cached_leaves(profile, missing).items() if missing else ():
             nodes = tuple(leaf_node(chunk, records[sid].title, records[sid].link) for chunk in chunks)
-            unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             texts = titled([n.text for n in nodes], [n.title for n in nodes])
-            known[sid] = _Source(nodes, unit.astype(np.float32), count_terms([n.id for n in nodes], texts))
+            known[sid] = _Source(nodes, unit_rows(vectors), count_terms([n.id for n in nodes], texts))
         with self._lock:
             for sid in missing:
                 if known[sid] is not None:
@@ -277,9 +277,3 @@ def _fresh_leaves(sources: Sequence[_Source]) -> FreshLeaves:
         return NO_FRESH
     nodes = tuple(node for source in sources for node in source.nodes)
     return FreshLeaves(nodes, np.vstack([source.vectors for source in sources]))
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector

@@ -29,6 +29,7 @@ import numpy as np
 
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.types import ChannelKey, Hit, Node
+from raptor_engine.unit_vectors import unit, unit_rows
 
 MEMORY_NODES = 100_000  # nodes of served trees kept in memory over all channels (~3 KiB each)
 
@@ -66,7 +67,7 @@ class TreeVectors:
         if n <= 0 or candidates.size == 0:
             return []
         whole = ids is None and where is None  # every row: no copy of the matrix
-        scores = (self.vectors if whole else self.vectors[candidates]) @ _unit(vector)
+        scores = (self.vectors if whole else self.vectors[candidates]) @ unit(vector)
         order = np.argsort(-scores, kind="stable")[:n]
         return [Hit(self.nodes[candidates[i]], float(scores[i])) for i in order]
 
@@ -77,9 +78,8 @@ def tree_vectors(store: ChannelStore, state: TreeState) -> TreeVectors:
     nodes = [node for layer in sorted(state.nodes_per_layer) for node in store.list_layer(state.version, layer, 10**9)]
     stored = store.get_tree_embeddings(state.version, [node.id for node in nodes])
     kept = tuple(node for node in nodes if node.id in stored)
-    matrix = np.vstack([stored[node.id] for node in kept]).astype(np.float32) if kept else np.zeros((0, 0), np.float32)
-    unit = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12) if kept else matrix
-    return TreeVectors(_tag(state), kept, unit, {node.id: row for row, node in enumerate(kept)})
+    matrix = unit_rows(np.vstack([stored[node.id] for node in kept])) if kept else np.zeros((0, 0), np.float32)
+    return TreeVectors(_tag(state), kept, matrix, {node.id: row for row, node in enumerate(kept)})
 
 
 class InMemoryTree:
@@ -151,9 +151,3 @@ def _simple(where: dict[str, Any] | None) -> bool:
 
 def _matches(node: Node, where: dict[str, Any]) -> bool:
     return all(getattr(node, key, None) == value for key, value in where.items())
-
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
