@@ -17,7 +17,9 @@ that; the decisions are here, reached through ``Assistant.assistant_threads``:
 * the viewed channel of each thread, and whether it had its first question, are kept in
   :class:`SharedThreadState` (Redis) when processes are coordinated, so any replica that
   gets the next event knows them; in :class:`LocalThreadState` (this process) otherwise.
-  Without Redis for a moment, the shared state falls back to this process's memory.
+  Without Redis for a moment, the shared state falls back to this process's memory. The
+  viewed channel kept is the latest event's by the event's own time, not by the order the
+  events were handled in (they are handled concurrently, and replicas handle them apart).
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ class ThreadState(Protocol):
     """Where each thread's viewed channel and first question are kept; ``thread`` is a
     platform-qualified thread id."""
 
-    async def set_viewed(self, thread: str, channel: str) -> None: ...
+    async def set_viewed(self, thread: str, channel: str, at: str = "") -> None:
+        """Keeps ``channel`` as viewed beside ``thread`` as of ``at`` (the event's time, a Slack
+        ``ts``), unless a view of a later time is kept already. An event without a time is
+        kept, as before events were ordered, and any timed event after it replaces it."""
+        ...
 
     async def viewed(self, thread: str) -> str: ...
 
@@ -82,12 +88,22 @@ class ThreadState(Protocol):
 VIEWED, ANSWERED, ASKED = "viewed", "answered", "asked"  # what is kept of each thread
 
 
+def event_time(at: str) -> float | None:
+    """An event's time (a Slack ``ts``, "1712345678.000100") as a number; None for an event
+    without one, or with one that is not a number."""
+    try:
+        return float(at) if at else None
+    except ValueError:
+        return None
+
+
 class LocalThreadState:
     """The threads of this process, the last :data:`LOCAL_THREADS` of each kind of value."""
 
     def __init__(self, size: int = LOCAL_THREADS) -> None:
         self._size = size
         self._kept: dict[str, OrderedDict[str, str]] = {what: OrderedDict() for what in (VIEWED, ANSWERED, ASKED)}
+        self._viewed_at: dict[str, float] = {}  # the time of each kept view (threads kept in VIEWED only)
 
     def put(self, what: str, thread: str, value: str) -> None:
         """Keeps ``value`` as the thread's ``what``; the oldest thread goes past the bound."""
@@ -95,13 +111,19 @@ class LocalThreadState:
         kept[thread] = value
         kept.move_to_end(thread)
         while len(kept) > self._size:
-            kept.popitem(last=False)
+            gone, _ = kept.popitem(last=False)
+            if what == VIEWED:
+                self._viewed_at.pop(gone, None)
 
     def get(self, what: str, thread: str) -> str:
         return self._kept[what].get(thread, "")
 
-    async def set_viewed(self, thread: str, channel: str) -> None:
+    async def set_viewed(self, thread: str, channel: str, at: str = "") -> None:
+        time = event_time(at)
+        if time is not None and self._viewed_at.get(thread, 0.0) > time:
+            return  # a later event's view is kept
         self.put(VIEWED, thread, channel)
+        self._viewed_at[thread] = time or 0.0
 
     async def viewed(self, thread: str) -> str:
         return self.get(VIEWED, thread)
@@ -119,6 +141,20 @@ class LocalThreadState:
         return True
 
 
+# KEYS[1]: the thread's viewed key; ARGV: the event's time ("" for none), the channel, the
+# time to live (s). A kept view of a later time stays; an untimed one is kept as of time 0.
+_SET_VIEWED = """
+local at = tonumber(ARGV[1])
+local kept = redis.call('GET', KEYS[1])
+if at and kept then
+  local time = tonumber(string.match(kept, '^([^|]*)|'))
+  if time and time > at then return 0 end
+end
+redis.call('SET', KEYS[1], (at and ARGV[1] or '0') .. '|' .. ARGV[2], 'EX', tonumber(ARGV[3]))
+return 1
+"""
+
+
 class SharedThreadState:
     """The threads every replica sees, in Redis for :data:`THREAD_TTL_S`; this process's
     memory while Redis cannot be reached (the link logs the outage)."""
@@ -128,11 +164,19 @@ class SharedThreadState:
         self._ttl_s = ttl_s
         self._local = LocalThreadState()
 
-    async def set_viewed(self, thread: str, channel: str) -> None:
-        await self._put(VIEWED, thread, channel)
+    async def set_viewed(self, thread: str, channel: str, at: str = "") -> None:
+        """Kept in Redis as ``<time>|<channel>`` by one script, which leaves a later time's view
+        in place (a value without ``|``, from a version before events were ordered, is older)."""
+        await self._local.set_viewed(thread, channel, at)
+        timed = at if event_time(at) is not None else ""
+        try:
+            await self._link.run(lambda r: r.eval(_SET_VIEWED, 1, self._link.key("assistant", VIEWED, thread),
+                                                  timed, channel, self._ttl_s))
+        except CoordinationDown:
+            pass
 
     async def viewed(self, thread: str) -> str:
-        return await self._get(VIEWED, thread)
+        return (await self._get(VIEWED, thread)).rpartition("|")[2]
 
     async def set_answered(self, thread: str, channel: str) -> None:
         await self._put(ANSWERED, thread, channel)

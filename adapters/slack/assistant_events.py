@@ -29,7 +29,9 @@ ASSISTANT_EVENTS = ("assistant_thread_started", "assistant_thread_context_change
 class ThreadViewed:
     """An assistant thread opened (``started``) or the channel viewed beside it changed:
     the thread is ``thread_ts`` in the direct conversation ``channel``, of ``user``;
-    ``viewed`` is the channel id they view (empty: none)."""
+    ``viewed`` is the channel id they view (empty: none); ``at`` is the event's ``event_ts``
+    (empty when the payload has none): events are handled concurrently, so a later one can
+    be handled first, and only its time says which view is the latest."""
 
     team: str
     channel: str
@@ -37,6 +39,7 @@ class ThreadViewed:
     user: str
     viewed: str
     started: bool
+    at: str = ""
 
     @property
     def thread_id(self) -> str:
@@ -56,4 +59,5 @@ def thread_viewed(event: Mapping[str, Any], team: str) -> ThreadViewed | None:
     if not channel or not thread_ts or not user:
         return None
     viewed = as_text(as_mapping(thread.get("context")).get("channel_id"))
-    return ThreadViewed(team, channel, thread_ts, user, viewed, event.get("type") == "assistant_thread_started")
+    return ThreadViewed(team, channel, thread_ts, user, viewed, event.get("type") == "assistant_thread_started",
+                        as_text(event.get("event_ts")))

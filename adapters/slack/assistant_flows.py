@@ -44,10 +44,11 @@ LOOKUPS_WITHIN_S = 1.5  # of which the viewed channel's lookups may take this mu
 async def thread_viewed(core: HandlingCore, viewed: ThreadViewed) -> None:
     """A thread opened, or the channel viewed beside it changed; see the module docstring."""
     threads = core.bot.assistant_threads
-    # A new thread viewing nothing has nothing to keep, and must not undo a context change
-    # handled before it (both events are handled at once, each in a task of its own).
+    # Both events are handled at once, each in a task of its own: the state keeps the view of
+    # the latest event by its time, whichever is handled last. A new thread viewing nothing
+    # has nothing to keep besides (and, should its payload lack a time, nothing to undo).
     if viewed.viewed or not viewed.started:
-        await threads.state.set_viewed(viewed.thread_id, viewed.viewed)
+        await threads.state.set_viewed(viewed.thread_id, viewed.viewed, viewed.at)
     if not viewed.started:
         log.debug("assistant thread %s: now viewed beside %r", viewed.thread_id, viewed.viewed)
         return

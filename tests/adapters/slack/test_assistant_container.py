@@ -19,7 +19,15 @@ import pytest
 
 from adapters.slack.app import SlackRunning
 from bot import replies
-from bot.assistant_threads import MAX_TITLE_CHARS, AssistantThreads, SharedThreadState, thread_title
+from bot.assistant_threads import (
+    MAX_TITLE_CHARS,
+    VIEWED,
+    AssistantThreads,
+    LocalThreadState,
+    SharedThreadState,
+    ThreadState,
+    thread_title,
+)
 from bot.coordination.link import RedisLink
 from bot.deploy_config import CoordinationConfig
 from bot.engine_calls import AsyncEngine
@@ -29,7 +37,7 @@ from raptor_engine.embedding import SentenceTransformerEmbedder
 from raptor_engine.engine import Engine
 from raptor_engine.store import ChromaStore
 from testkit.cluster import COORDINATION_SECRET
-from testkit.slack_api import SlackStandIn, app_running
+from testkit.slack_api import SlackStandIn, app_running, assistant_event
 from testkit.valkey import ValkeyProcess
 from tests.adapters.recording import recorded
 from tests.adapters.slack.test_app import ANA, BEN, ON_CALL, bot_config, key, run, settle
@@ -151,6 +159,85 @@ def test_the_viewed_channel_is_shared_by_coordinated_replicas(built_engine: Engi
         finally:
             for bot, link in zip(bots, links, strict=True):
                 await bot.stop()
+                await link.close()
+
+    server = ValkeyProcess(directory=tmp_path / "valkey")
+    server.start()
+    try:
+        asyncio.run(session(server))
+    finally:
+        server.stop()
+
+
+def test_a_started_event_handled_after_a_later_context_change_does_not_undo_it(
+        built_engine: Engine, tmp_path: Path) -> None:
+    """Slack delivers the thread's events apart and the bot handles each in a task of its own:
+    a context change can be handled before the ``assistant_thread_started`` that precedes it.
+    The view kept is the later event's, by its ``event_ts``: Ana's question is answered from
+    the channel she turned to, not from the one she viewed when the thread opened."""
+
+    async def body(slack: SlackStandIn, running: SlackRunning, bot: Assistant) -> None:
+        events = recorded(bot)
+        slack.join(BUILT, ANA)
+        slack.join("COTHER", ANA)
+        dm, thread = f"D{ANA}", slack.next_ts()
+        slack.store_message(dm, {"type": "message", "subtype": "assistant_app_thread", "user": ANA,
+                                 "text": "New chat", "ts": thread, "thread_ts": thread, "channel": dm})
+        opened_at, turned_at = slack.next_ts(), slack.next_ts()
+        changed = assistant_event(slack.team, turned_at, "assistant_thread_context_changed", ANA, dm, thread, BUILT)
+        started = assistant_event(slack.team, opened_at, "assistant_thread_started", ANA, dm, thread, "COTHER")
+        for event in (changed, started):  # the later event first
+            assert (await slack.deliver_event(event)).status == 200
+            await settle(running, bot)
+        await slack.ask_assistant(ANA, dm, thread, ON_CALL)
+        [answer] = await slack.wait_until(lambda: slack.posts(dm, thread), what="the answer")
+        await settle(running, bot)
+        [question] = [e for e in events if isinstance(e, Question)]
+        assert question.channel == key(BUILT), question.channel
+        assert "[1]" in answer["text"], answer["text"]
+
+    run(built_engine, tmp_path, "socket", body)
+
+
+async def check_latest_view_kept(state: ThreadState) -> None:
+    """Views set out of their events' order: the latest event's stays."""
+    await state.set_viewed("t1", "CLATE", "1700000002.000200")
+    await state.set_viewed("t1", "CEARLY", "1700000002.000100")
+    assert await state.viewed("t1") == "CLATE"
+    await state.set_viewed("t1", "CLATER", "1700000003.000000")
+    assert await state.viewed("t1") == "CLATER"
+    # An event without a time is kept (as before events were ordered), and any timed one replaces it.
+    await state.set_viewed("t2", "CUNTIMED", "")
+    assert await state.viewed("t2") == "CUNTIMED"
+    await state.set_viewed("t2", "CTIMED", "1600000000.000001")
+    assert await state.viewed("t2") == "CTIMED"
+    await state.set_viewed("t2", "CJUNK", "not a ts")
+    assert await state.viewed("t2") == "CJUNK"
+
+
+def test_the_latest_view_is_kept_in_memory() -> None:
+    asyncio.run(check_latest_view_kept(LocalThreadState()))
+
+
+def test_the_latest_view_is_kept_in_redis_and_read_from_an_older_version(tmp_path: Path) -> None:
+    async def session(valkey: ValkeyProcess) -> None:
+        coordination = CoordinationConfig.model_validate({"redis_url": valkey.url, "connect_timeout_s": 0.5,
+                                                        "secret": COORDINATION_SECRET})
+        links = [RedisLink(coordination) for _ in range(2)]
+        try:
+            await check_latest_view_kept(SharedThreadState(links[0]))
+            # Another replica, with nothing in its memory, reads what the first kept.
+            other = SharedThreadState(links[1])
+            assert await other.viewed("t1") == "CLATER"
+            await other.set_viewed("t1", "CEARLIEST", "1600000000.000000")
+            assert await SharedThreadState(links[0]).viewed("t1") == "CLATER"
+            # A value kept by a version before events were ordered: the channel id alone.
+            await links[0].run(lambda r: r.set(links[0].key("assistant", VIEWED, "t3"), "COLD"))
+            assert await other.viewed("t3") == "COLD"
+            await other.set_viewed("t3", "CNEW", "1600000000.000000")
+            assert await other.viewed("t3") == "CNEW"
+        finally:
+            for link in links:
                 await link.close()
 
     server = ValkeyProcess(directory=tmp_path / "valkey")
