@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from raptor_engine.store.answers import Answers
-from raptor_engine.store.common import ChannelCollections
+from raptor_engine.store.common import ChannelCollections, translated
 from raptor_engine.store.leaves import Leaves
 from raptor_engine.store.notes import Notes
 from raptor_engine.store.sources import Sources, SourceState
@@ -118,8 +118,12 @@ class ChannelStore:
         """Removes a source's cached leaves (every profile), the cached summaries covering it,
         the answers citing it, and last its text: if this stops half-way, the record is still
         there to find. Trees are not touched (see :meth:`remove_source_from_trees`)."""
-        self.delete_leaves(source_id)
-        self._summaries.delete_covering(source_id)
+        # Both caches' profiles are found by name in one listing of the database's collections:
+        # on a server it grows with every channel (about a second at 3,000 collections).
+        with translated("listing the cached leaves and summaries"):
+            listed = self._collections.names()
+        self._leaves.delete(source_id, among=listed)
+        self._summaries.delete_covering(source_id, among=listed)
         # Answers quote their sources: they go with them.
         self._answers.delete_citing(source_id)
         self._sources.delete(source_id)

@@ -209,9 +209,11 @@ class ChannelCollections:
             return False
         return True
 
-    def cache_collections(self, kind: str) -> list[Any]:
-        """Every existing ``rc-<digest>-<kind>-<profile>`` collection (one per cache profile)."""
-        wanted = [n for n in self.names() if n.startswith(f"{self.prefix}-{kind}-")]
+    def cache_collections(self, kind: str, among: list[str] | None = None) -> list[Any]:
+        """Every existing ``rc-<digest>-<kind>-<profile>`` collection (one per cache profile),
+        found in ``among`` (every collection's name, listed once for several kinds) or in a new
+        listing."""
+        wanted = [n for n in (self.names() if among is None else among) if n.startswith(f"{self.prefix}-{kind}-")]
         return [self.client.get_collection(n, embedding_function=None) for n in wanted]
 
     def batches(self, total: int) -> Iterator[tuple[int, int]]:

@@ -68,11 +68,12 @@ class Leaves:
             result[source_id] = ([c for c, _ in pairs], np.vstack([v for _, v in pairs]))
         return result
 
-    def delete(self, source_id: str, profile: str | None = None) -> None:
-        """Removes a source's cached leaves of one profile, or of every profile if None."""
+    def delete(self, source_id: str, profile: str | None = None, among: list[str] | None = None) -> None:
+        """Removes a source's cached leaves of one profile, or of every profile if None (found in
+        ``among``, every collection's name, when listed already: see ``cache_collections``)."""
         with translated("deleting cached leaves"):
             if profile is None:
-                collections = self._at.cache_collections("leaf")
+                collections = self._at.cache_collections("leaf", among)
             else:
                 collections = [self._cache(profile)]
             for collection in collections:

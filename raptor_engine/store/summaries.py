@@ -62,8 +62,9 @@ class Summaries:
             for start, end in self._at.batches(len(stale)):
                 collection.delete(ids=stale[start:end])
 
-    def delete_covering(self, source_id: str) -> None:
-        """Deletes, in every profile, the cached summaries covering ``source_id`` (it is forgotten)."""
+    def delete_covering(self, source_id: str, among: list[str] | None = None) -> None:
+        """Deletes, in every profile, the cached summaries covering ``source_id`` (it is forgotten);
+        ``among``: every collection's name, when listed already (see ``cache_collections``)."""
         with translated("deleting a source"):
-            for collection in self._at.cache_collections("sum"):
+            for collection in self._at.cache_collections("sum", among):
                 collection.delete(where={"sources": {"$contains": source_id}})

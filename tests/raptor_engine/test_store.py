@@ -208,3 +208,31 @@ def test_texts_are_kept_in_metadata_not_as_documents(any_store: ChromaStore, cha
     for name in mine:
         assert not any(any_store._client.get_collection(name).get(include=["documents"])["documents"] or []), name
     assert store.source_text("e" * 64) == text and store.get_answer("a1").text == "an answer"  # type: ignore[union-attr]
+
+
+def test_forgetting_a_source_clears_every_cache_profile_after_one_listing(
+    any_store: ChromaStore, channel: ChannelKey
+) -> None:
+    """The caches' profiles are found by name among every collection of the database, a listing
+    that grows with the channels (about a second at 3,000 collections on a server): one serves
+    both caches, and every profile of each loses the source, the other source kept."""
+    from tests.raptor_engine.test_migrations import CountedListings
+
+    counted = CountedListings(any_store._client)
+    store = ChromaStore(counted).channel(channel)
+    gone, kept = "f" * 64, "g" * 64
+    for source_id in (gone, kept):
+        store.put_source(_source(source_id, "text"), "text")
+        for profile in ("p1", "p2"):
+            store.put_leaves(profile, [Chunk(source_id, 0, "text", 0, 4, 1)], _vectors(1))
+            store.put_summaries(profile, [(f"{source_id[:4]}{profile}", "a summary", (source_id,))], _vectors(1))
+    counted.listings = 0
+
+    store.delete_source(gone)
+
+    assert counted.listings == 1
+    for profile in ("p1", "p2"):
+        assert set(store.cached_leaves(profile, [gone, kept])) == {kept}
+        assert set(store.cached_summaries(profile, [f"{gone[:4]}{profile}", f"{kept[:4]}{profile}"])) == {
+            f"{kept[:4]}{profile}"}
+    assert store.get_source(gone) is None and store.get_source(kept) is not None
