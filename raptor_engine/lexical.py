@@ -22,6 +22,9 @@ from sklearn.feature_extraction.text import CountVectorizer
 # two or more letters or digits (scikit-learn's default token pattern).
 WORD_PATTERN = r"(?u)\b\w\w+\b"
 STEM_CACHE = 100_000  # words whose stem is kept: coverage asks for the same candidates' words question after question
+# Texts whose word columns one index keeps (coverage asks for the same candidates' words question
+# after question). Per index, so an index's cache goes with it; at most ~1.5 MiB for one index.
+TEXT_COLUMNS_CACHE = 4096
 _SUFFIXES = (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
 _analyse = CountVectorizer(lowercase=True, stop_words="english", token_pattern=WORD_PATTERN).build_analyzer()
 
@@ -114,6 +117,8 @@ class LexicalIndex:
         self._id_order = np.argsort(np.argsort(np.asarray(self._ids, dtype=object), kind="stable"), kind="stable")
         self._vocabulary = counted.vocabulary
         self._frequency_by_stem: dict[str, int] | None = None
+        self._stem_frequency_by_column: np.ndarray | None = None
+        self._text_columns: dict[str, np.ndarray] = {}
         counts = counted.counts.copy()
         if not self._vocabulary or counts.nnz == 0:
             self._weights = None
@@ -157,6 +162,31 @@ class LexicalIndex:
         another form of it with the same :func:`stem`; 0 for a word the texts never use."""
         by_stem = self._stems()
         return [by_stem.get(stem(word), 0) for word in words]
+
+    def columns_of(self, text: str) -> np.ndarray:
+        """The columns of ``text``'s distinct indexed words, in the order :func:`terms` finds
+        them (a word the index does not hold is left out: every indexed text's words are held).
+        Kept for the last :data:`TEXT_COLUMNS_CACHE` texts asked for, all dropped at once past
+        it (plain dict operations: threads share the index)."""
+        found = self._text_columns.get(text)
+        if found is None:
+            vocabulary = self._vocabulary
+            found = np.fromiter((vocabulary[w] for w in terms(text) if w in vocabulary), dtype=np.int32)
+            if len(self._text_columns) >= TEXT_COLUMNS_CACHE:
+                self._text_columns.clear()
+            self._text_columns[text] = found
+        return found
+
+    def stem_frequencies(self, columns: np.ndarray) -> np.ndarray:
+        """:meth:`frequencies` of the words of ``columns``: for each, how many indexed texts hold
+        it or another form of it with the same :func:`stem`."""
+        if self._stem_frequency_by_column is None:
+            by_stem = self._stems()
+            by_column = np.zeros(len(self._vocabulary), dtype=np.float64)
+            for word, column in self._vocabulary.items():
+                by_column[column] = by_stem.get(stem(word), 0)
+            self._stem_frequency_by_column = by_column
+        return self._stem_frequency_by_column[columns]
 
     def _stems(self) -> dict[str, int]:
         """The largest document frequency of any indexed word per stem, built on first use

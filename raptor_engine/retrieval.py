@@ -51,14 +51,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
 from raptor_engine import defaults
 from raptor_engine.budget import cost, fill_budget
 from raptor_engine.fusion import fused_order
-from raptor_engine.lexical import LexicalIndex, terms
+from raptor_engine.lexical import LexicalIndex
 from raptor_engine.scope import Scope, ScopeKind, SummaryMap, assess
 from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
@@ -86,7 +85,6 @@ THEME_EVIDENCE_FROM = 1000
 OVERVIEW_GIST = 750
 CENTRALITY_WEIGHT = 2.0  # summaries: cosine + this x centrality (1 and 3 did worse on patents)
 ANCESTOR_LEAVES = 40  # summaries are sought above this many best leaves
-TERMS_CACHE = 20_000  # node texts whose words are kept for coverage (a few MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,65 +235,69 @@ def _covering(
     lexical: LexicalIndex | None,
 ) -> list[Hit]:
     """A broad question's context: budgeted word coverage over the ranked leaves and the
-    candidate summaries, summaries first. See the module docstring."""
+    candidate summaries, summaries first. See the module docstring.
+
+    Words are the columns of the channel's BM25 index (``lexical``, which holds every
+    candidate's text), so weights and coverage are arrays, not dictionaries of words."""
     pool = [*leaves, *_summaries_for(query, scope, leaves, summaries)]
+    if not pool:
+        return []
     relevance = [1.0 / (RRF_K + rank + 1) for rank in range(len(leaves))]
     relevance += [scope.breadth / (RRF_K + rank + 1) for rank in range(len(pool) - len(leaves))]
-    words = [_terms_of(hit.node.text) for hit in pool]
-    weights = _word_weights(words, relevance, scope.breadth, lexical)
+    # Without an index (nothing of the channel indexed) the candidates' own words are counted.
+    index = lexical or LexicalIndex([hit.node.id for hit in pool], [hit.node.text for hit in pool])
+    weights, words = _word_weights([index.columns_of(hit.node.text) for hit in pool], relevance, scope.breadth, lexical)
     chosen = _greedy_cover(pool, words, weights, settings)
     return [hit for hit in chosen if hit.node.layer > 0] + [hit for hit in chosen if hit.node.layer == 0]
 
 
-@lru_cache(maxsize=TERMS_CACHE)
-def _terms_of(text: str) -> frozenset[str]:
-    """The indexable words of a node's text, kept: the same nodes come back question after question."""
-    return frozenset(terms(text))
-
-
 def _word_weights(
-    words: Sequence[frozenset[str]], relevance: Sequence[float], breadth: float, lexical: LexicalIndex | None
-) -> dict[str, float]:
+    columns: Sequence[np.ndarray], relevance: Sequence[float], breadth: float, lexical: LexicalIndex | None
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """How much each candidate word is worth covering: the share of the candidates' relevance
     held by the candidates using it, blended, in the measure of ``breadth``, with the share
-    of the whole material using it (an overview is about what the material says most)."""
-    weights: dict[str, float] = {}
-    total = sum(relevance) or 1.0
-    for held, weight in zip(words, relevance):
-        share = weight / total
-        for word in held:
-            weights[word] = weights.get(word, 0.0) + share
-    size = lexical.size if lexical is not None else 0
-    if lexical is not None and size and breadth > 0:
-        vocabulary = list(weights)
-        for word, count in zip(vocabulary, lexical.frequencies(vocabulary)):
-            weights[word] = (1 - breadth) * weights[word] + breadth * count / size
-    return weights
+    of the whole material using it (an overview is about what the material says most).
+
+    ``columns`` are each candidate's words as index columns. Returns the weight of each word
+    the candidates use, and each candidate's words as positions in that array."""
+    lengths = np.fromiter(map(len, columns), dtype=np.int64, count=len(columns))
+    shares = np.asarray(relevance, dtype=np.float64) / (sum(relevance) or 1.0)
+    held, positions = np.unique(np.concatenate(columns), return_inverse=True)
+    # bincount adds in the candidates' order, as the sum word by word did: the same weights.
+    weights: np.ndarray = np.bincount(positions, weights=np.repeat(shares, lengths), minlength=len(held))
+    if lexical is not None and lexical.size and breadth > 0:
+        weights = (1 - breadth) * weights + breadth * lexical.stem_frequencies(held) / lexical.size
+    ends = np.cumsum(lengths).tolist()
+    return weights, [positions[end - length:end] for end, length in zip(ends, lengths.tolist())]
 
 
 def _greedy_cover(
-    pool: Sequence[Hit], words: Sequence[frozenset[str]], weights: dict[str, float], settings: RetrievalSettings
+    pool: Sequence[Hit], words: Sequence[np.ndarray], weights: np.ndarray, settings: RetrievalSettings
 ) -> list[Hit]:
     """Budgeted maximum coverage, greedily: the candidate adding the most weight of words not yet
     covered, while one fits (``settings.budget`` tokens, ``settings.top_k`` nodes). A candidate
-    adding nothing new is never taken, so a repeat spends no budget.
+    adding nothing new is never taken, so a repeat spends no budget. ``words``: each candidate's
+    words as positions in ``weights``.
 
     Lazy greedy (Minoux, 1978): a candidate's gain only shrinks as words get covered, so the
     gains are kept in a heap and only the top one is recomputed until it stays on top.
     """
-    # fsum: exact whatever the order, and a set's order changes with the process's string hashing.
-    heap = [(-math.fsum(map(weights.__getitem__, held)), i) for i, held in enumerate(words)]
+    # fsum: exact whatever the order, so the choice does not hang on how a sum was rounded.
+    heap = [(-math.fsum(weights[held].tolist()), i) for i, held in enumerate(words)]
     heapq.heapify(heap)
+    costs = [cost(hit.node) for hit in pool]
+    smallest = min(costs)
     chosen: list[Hit] = []
     taken: set[str] = set()
-    covered: set[str] = set()
+    covered = np.zeros(len(weights), dtype=bool)
     used = 0
-    while heap and len(chosen) < settings.top_k:
+    while heap and len(chosen) < settings.top_k and used + smallest <= settings.budget:
         _, i = heapq.heappop(heap)
         hit = pool[i]
-        if hit.node.id in taken or used + cost(hit.node) > settings.budget:
+        if hit.node.id in taken or used + costs[i] > settings.budget:
             continue  # taken already (a node can be a candidate twice), or it no longer fits: never will
-        gain = math.fsum(map(weights.__getitem__, words[i] - covered))
+        held = words[i]
+        gain = math.fsum(weights[held[~covered[held]]].tolist())
         if gain <= 0:
             continue
         if heap and gain < -heap[0][0]:
@@ -303,8 +305,8 @@ def _greedy_cover(
             continue
         chosen.append(hit)
         taken.add(hit.node.id)
-        covered |= words[i]
-        used += cost(hit.node)
+        covered[held] = True
+        used += costs[i]
     return chosen
 
 

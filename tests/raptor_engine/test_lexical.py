@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from raptor_engine.lexical import LexicalIndex
 
 
@@ -35,3 +37,15 @@ def test_equal_scores_rank_by_id_whatever_order_the_texts_were_read_in() -> None
     forward = LexicalIndex(list(texts), list(texts.values()))
     backward = LexicalIndex(list(reversed(texts)), list(reversed(texts.values())))
     assert [i for i, _ in forward.top("lamp", 3)] == [i for i, _ in backward.top("lamp", 3)] == ["n.1", "n.3", "n.2"]
+
+
+def test_a_texts_columns_are_its_indexed_words_in_order_and_frequencies_go_by_stem() -> None:
+    index = LexicalIndex(["a", "b", "c"], ["the pump checks pressure", "checking the valve", "a valve check"])
+    word_of = {column: word for word, column in index._vocabulary.items()}
+    text = "Pressure of the pump, checked: unknownword pressure valve"
+    columns = index.columns_of(text)
+    assert [word_of[column] for column in columns] == ["pressure", "pump", "valve"]  # distinct, in order
+    assert index.columns_of(text) is columns  # kept for the next question
+    words = ["checks", "valve", "pump"]
+    assert index.stem_frequencies(np.asarray([index._vocabulary[w] for w in words])).tolist() == [1, 2, 1]
+    assert index.frequencies(words) == [1, 2, 1]

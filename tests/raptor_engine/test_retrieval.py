@@ -211,3 +211,20 @@ def test_a_theme_keeps_its_best_ranked_leaves_before_coverage() -> None:
     assert "answer" not in covered  # what the evidence is for
     assert chosen(THEME_EVIDENCE_FROM - 1) == [h.node.id for h in retrieval._covering(
         query, RetrievalSettings(budget=THEME_EVIDENCE_FROM - 1), theme, ranked, empty, lexical)]
+
+
+def test_coverage_takes_no_repeat_and_counts_the_candidates_own_words_without_an_index() -> None:
+    """Coverage takes the candidate adding the most uncovered words first, never a repeat of
+    what it holds; with no index of the channel (nothing indexed yet), it counts the
+    candidates' own words and, with no material to weigh words by, chooses as with an index."""
+    ranked = [hit("a", "pump valve pressure", 50), hit("b", "pump valve pressure", 50),
+              hit("c", "gasket seal flange torque", 50), hit("d", "pump", 50)]
+    scope = Scope(breadth=0.0, kind=ScopeKind.THEME, answerable=True)
+    query = Query("what about the pump?", np.ones(3))
+    empty = summary_map([], np.zeros((0, 3)))
+    settings = RetrievalSettings(budget=1000)
+    lexical = LexicalIndex([h.node.id for h in ranked], [h.node.text for h in ranked])
+    indexed = [h.node.id for h in retrieval._covering(query, settings, scope, ranked, empty, lexical)]
+    # a's words are those most candidates share; b repeats a and d adds nothing new: neither spends budget.
+    assert indexed == ["a", "c"]
+    assert [h.node.id for h in retrieval._covering(query, settings, scope, ranked, empty, None)] == indexed
