@@ -252,11 +252,16 @@ def children_peak_rss_mib() -> float:
     return total
 
 
+def load_average() -> list[float]:
+    """The machine's load average over 1, 5 and 15 minutes, rounded to two places."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def machine_info() -> dict[str, Any]:
     """CPU count, load average and Python version, to judge how noisy timings are."""
     return {
         "cpus": os.cpu_count(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": load_average(),
         "python": platform.python_version(),
     }
 

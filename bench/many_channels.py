@@ -51,6 +51,7 @@ from bench.common import (
     data_dir,
     heading,
     latency_summary,
+    load_average,
     machine_info,
     machine_line,
     positive_number,
@@ -61,7 +62,7 @@ from bench.common import (
     write_json,
 )
 from bench.data import Article, load_articles
-from bench.soak import status_fields, status_mib
+from bench.procfs import status_fields, status_mib
 from bot.composition import build_engine, engine_settings
 from bot.config import ChromaConfig, Config
 from raptor_engine import ChannelKey, Engine
@@ -94,10 +95,6 @@ class Template:
     vectors: np.ndarray
     state: TreeState
     questions: list[str]
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def memory_mib(pid: int | None) -> dict[str, float]:
@@ -174,7 +171,7 @@ def write_channels(store: ChromaStore, templates: list[Template], keys: list[Cha
     def write(index: int) -> None:
         write_copy(store.channel(keys[index]), templates[index % len(templates)])
         if (index + 1) % 100 == 0:
-            print(f"  {index + 1} channels written ({time.perf_counter() - started:.0f} s, load {load()})", flush=True)
+            print(f"  {index + 1} channels written ({time.perf_counter() - started:.0f} s, load {load_average()})", flush=True)
 
     pool = ThreadPoolExecutor(WRITERS)
     try:
@@ -196,12 +193,12 @@ def ask_all(plan: dict[str, Any]) -> dict[str, Any]:
     warm_key, warm_question = ChannelKey(*plan["warm"][0]), plan["warm"][1]
     engine.retrieve(warm_key, warm_question)  # the model's first call, not counted
     ready = memory_mib(os.getpid())
-    load_start = load()
+    load_start = load_average()
     evicted = [_timed(engine, key, question) for key, question in channels]
     after = memory_mib(os.getpid())
     hot = [_timed(engine, key, question) for key, question in channels[-HOT_QUESTIONS:]]
     return {"ready": ready, "after": after, "evicted_s": evicted, "hot_s": hot, "load_start": load_start,
-            "load_end": load()}
+            "load_end": load_average()}
 
 
 def _timed(engine: Engine, key: ChannelKey, question: str) -> float:
@@ -250,21 +247,21 @@ def run(args: argparse.Namespace, root: Path, articles: list[Article]) -> dict[s
                      for t in range(args.templates)]
         templates_s = time.perf_counter() - started
         print(f"{len(templates)} templates built in {templates_s:.0f} s: "
-              f"{[len(t.nodes) for t in templates]} nodes (load {load()})", flush=True)
+              f"{[len(t.nodes) for t in templates]} nodes (load {load_average()})", flush=True)
         keys = channel_keys(args.channels)
-        load_start = load()
+        load_start = load_average()
         write_s = write_channels(engine.store, templates, keys)
         written = memory_mib(server.pid)
         opening = opening_seconds(server.port)
         print(f"{len(keys)} channels written in {write_s:.0f} s; server {written['rss_mib']:.0f} MiB "
-              f"(load {load_start} -> {load()})", flush=True)
+              f"(load {load_start} -> {load_average()})", flush=True)
         asked = run_questions(root, server.port, templates, keys, server.pid)
     finally:
         server.stop()
     nodes = sum(len(templates[i % len(templates)].nodes) for i in range(len(keys)))
     return {"open_indexes": open_indexes, "templates_s": templates_s, "write_s": write_s, "nodes": nodes,
             "template_nodes": [len(t.nodes) for t in templates], "server_written": written,
-            "load_write": [load_start, load()], "opening": opening, **asked}
+            "load_write": [load_start, load_average()], "opening": opening, **asked}
 
 
 def report(args: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,9 @@ import pytest
 
 from bench import soak
 from bench.data import DEFAULT_DATA
+from bench.procfs import descendants
+from bench.soak_probe import Sample, directory_size, grown
+from bench.soak_report import half_time, judge
 
 CI_ARGS = ["--minutes", "1.25", "--sample-s", "5", "--churn-s", "2", "--question-pause-s", "0.3",
            "--chars", "3000", "--articles-per-channel", "1", "--warm-cycles", "2", "--min-cycles", "3"]
@@ -104,22 +107,22 @@ def test_soak_data_directory_stays_within_1_5x(figures: dict[str, Any]) -> None:
 # -- the helpers ---------------------------------------------------------------
 
 
-def sample(**changes: float) -> soak.Sample:
+def sample(**changes: float) -> Sample:
     values: dict[str, Any] = {"t_s": 0.0, "cycles": 1, "rss_mib": 1000.0, "fds": 100, "threads": 30, "children": 2,
                               "children_rss_mib": 300.0, "data_mib": 10.0, "data_files": 50}
-    return soak.Sample(**{**values, **changes})
+    return Sample(**{**values, **changes})
 
 
 def test_judge_passes_a_level_run_and_names_each_growth() -> None:
-    level = soak.judge(sample(), sample(rss_mib=1090.0, fds=104, threads=34, data_mib=15.0), 0, [])
+    level = judge(sample(), sample(rss_mib=1090.0, fds=104, threads=34, data_mib=15.0), 0, [])
     assert all(t.passed for t in level), level
-    grown = soak.judge(sample(), sample(rss_mib=1100.0, fds=105, threads=35, children=3, data_mib=15.1), 2, ["x"])
+    grown = judge(sample(), sample(rss_mib=1100.0, fds=105, threads=35, children=3, data_mib=15.1), 2, ["x"])
     assert not any(t.passed for t in grown), grown
     assert "+10.0%" in grown[0].figure and "100 -> 105" in grown[1].figure
 
 
 def test_judge_takes_the_data_directory_at_its_largest_after_the_baseline() -> None:
-    swung = soak.judge(sample(), sample(data_mib=12.0), 0, [], peak_data_mib=16.0)
+    swung = judge(sample(), sample(data_mib=12.0), 0, [], peak_data_mib=16.0)
     data = next(t for t in swung if t.name.startswith("data directory"))
     assert not data.passed and "16.0 at most (1.60x)" in data.figure
 
@@ -127,20 +130,20 @@ def test_judge_takes_the_data_directory_at_its_largest_after_the_baseline() -> N
 def test_judge_takes_counts_from_half_time_and_still_names_a_leak() -> None:
     """Pools fill up after the baseline and then stay: judged from half-time, that passes; a
     count still growing through the second half fails."""
-    filled = soak.judge(sample(), sample(fds=108, threads=38), 0, [], midway=sample(fds=108, threads=38))
+    filled = judge(sample(), sample(fds=108, threads=38), 0, [], midway=sample(fds=108, threads=38))
     assert all(t.passed for t in filled), filled
     assert "108 -> 108 (baseline 100)" in filled[1].figure
-    leaking = soak.judge(sample(), sample(fds=120, threads=50), 0, [], midway=sample(fds=108, threads=38))
+    leaking = judge(sample(), sample(fds=120, threads=50), 0, [], midway=sample(fds=108, threads=38))
     assert [t.passed for t in leaking[1:3]] == [False, False]
 
 
 def test_half_time_is_the_sample_nearest_half_the_run() -> None:
     samples = [sample(t_s=t) for t in (0.0, 30.0, 60.0, 95.0, 120.0)]
-    assert soak.half_time(samples) == samples[2] and soak.half_time(samples[:2]) is None
+    assert half_time(samples) == samples[2] and half_time(samples[:2]) is None
 
 
 def test_judge_fails_every_growth_target_without_a_baseline() -> None:
-    targets = soak.judge(None, sample(), 0, [])
+    targets = judge(None, sample(), 0, [])
     assert [t.passed for t in targets] == [False, True, True]
 
 
@@ -149,12 +152,12 @@ def test_descendants_find_a_child_and_its_child() -> None:
     child = subprocess.Popen([sys.executable, "-c", script])
     try:
         deadline = time.monotonic() + 20
-        while len(found := soak.descendants(child.pid)) < 1 and time.monotonic() < deadline:
+        while len(found := descendants(child.pid)) < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(found) == 1  # the grandchild of this process
-        assert child.pid in soak.descendants(os.getpid())
+        assert child.pid in descendants(os.getpid())
     finally:
-        for pid in soak.descendants(child.pid):
+        for pid in descendants(child.pid):
             os.kill(pid, signal.SIGKILL)
         child.kill()
         child.wait()
@@ -164,10 +167,10 @@ def test_directory_size_counts_every_file_below(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "one.bin").write_bytes(b"x" * 1000)
     (tmp_path / "two.bin").write_bytes(b"y" * 24)
-    assert soak.directory_size(tmp_path) == (1024, 2)
+    assert directory_size(tmp_path) == (1024, 2)
 
 
 def test_grown_lists_only_what_is_more_numerous() -> None:
     before = Counter({"<n>/header.bin": 2, "socket:[<n>]": 3, "python": 5})
     after = Counter({"<n>/header.bin": 6, "socket:[<n>]": 1, "python": 5, "sqlx-sqlite-wor": 2})
-    assert soak.grown(before, after) == {"<n>/header.bin": 4, "sqlx-sqlite-wor": 2}
+    assert grown(before, after) == {"<n>/header.bin": 4, "sqlx-sqlite-wor": 2}
