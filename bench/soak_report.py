@@ -28,7 +28,7 @@ from bench.soak_probe import Sample
 
 RSS_GROWTH = 0.10  # final RSS at most baseline x 1.10
 DATA_GROWTH = 1.5  # final data directory at most baseline x 1.5
-FD_SLACK = 4  # descriptors, threads, children: final at most baseline + slack
+FD_SLACK = 4  # descriptors, threads, children: final at most the half-time count + slack
 THREAD_SLACK = 4
 CHILD_SLACK = 0
 
