@@ -13,6 +13,7 @@ arguments as docs.slack.dev documents them (at most four prompts, each a title a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,16 +130,29 @@ def test_a_question_is_answered_from_the_viewed_channel_for_its_members_only(
     run(built_engine, tmp_path, "socket", body)
 
 
-def test_the_viewed_channel_is_shared_by_coordinated_replicas(built_engine: Engine, tmp_path: Path) -> None:
+@pytest.fixture
+def valkey(tmp_path: Path) -> Iterator[ValkeyProcess]:
+    """A started Valkey server of this test's own, stopped at its end."""
+    with ValkeyProcess(directory=tmp_path / "valkey") as server:
+        yield server
+
+
+def coordination_links(valkey: ValkeyProcess, count: int) -> list[RedisLink]:
+    """``count`` replicas' links to ``valkey``, as the bot's coordination makes them."""
+    coordination = CoordinationConfig.model_validate({"redis_url": valkey.url, "connect_timeout_s": 0.5,
+                                                    "secret": COORDINATION_SECRET})
+    return [RedisLink(coordination) for _ in range(count)]
+
+
+def test_the_viewed_channel_is_shared_by_coordinated_replicas(built_engine: Engine, tmp_path: Path,
+                                                              valkey: ValkeyProcess) -> None:
     """The context arrives at one replica, the question at another (HTTP mode behind a
     balancer): with the thread state in Redis (a real Valkey), the second knows the channel.
     In each process's memory alone, it would answer from the direct conversation (no material)."""
 
-    async def session(valkey: ValkeyProcess) -> None:
-        coordination = CoordinationConfig.model_validate({"redis_url": valkey.url, "connect_timeout_s": 0.5,
-                                                        "secret": COORDINATION_SECRET})
+    async def session() -> None:
         bots = [Assistant(bot_config(tmp_path / name), AsyncEngine(built_engine)) for name in ("one", "two")]
-        links = [RedisLink(coordination) for _ in bots]
+        links = coordination_links(valkey, len(bots))
         for bot, link in zip(bots, links, strict=True):
             bot.assistant_threads = AssistantThreads(bot.calls, SharedThreadState(link))
             await bot.start(warm_up=False)
@@ -161,12 +175,7 @@ def test_the_viewed_channel_is_shared_by_coordinated_replicas(built_engine: Engi
                 await bot.stop()
                 await link.close()
 
-    server = ValkeyProcess(directory=tmp_path / "valkey")
-    server.start()
-    try:
-        asyncio.run(session(server))
-    finally:
-        server.stop()
+    asyncio.run(session())
 
 
 def test_a_started_event_handled_after_a_later_context_change_does_not_undo_it(
@@ -219,11 +228,9 @@ def test_the_latest_view_is_kept_in_memory() -> None:
     asyncio.run(check_latest_view_kept(LocalThreadState()))
 
 
-def test_the_latest_view_is_kept_in_redis_and_read_from_an_older_version(tmp_path: Path) -> None:
-    async def session(valkey: ValkeyProcess) -> None:
-        coordination = CoordinationConfig.model_validate({"redis_url": valkey.url, "connect_timeout_s": 0.5,
-                                                        "secret": COORDINATION_SECRET})
-        links = [RedisLink(coordination) for _ in range(2)]
+def test_the_latest_view_is_kept_in_redis_and_read_from_an_older_version(valkey: ValkeyProcess) -> None:
+    async def session() -> None:
+        links = coordination_links(valkey, 2)
         try:
             await check_latest_view_kept(SharedThreadState(links[0]))
             # Another replica, with nothing in its memory, reads what the first kept.
@@ -240,12 +247,7 @@ def test_the_latest_view_is_kept_in_redis_and_read_from_an_older_version(tmp_pat
             for link in links:
                 await link.close()
 
-    server = ValkeyProcess(directory=tmp_path / "valkey")
-    server.start()
-    try:
-        asyncio.run(session(server))
-    finally:
-        server.stop()
+    asyncio.run(session())
 
 
 def test_thread_titles_are_one_line_of_at_most_sixty_characters() -> None:
