@@ -20,7 +20,9 @@ import pytest
 from bench import answers, build, query, retrieval
 from bench.data import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
 from bench.measure import content_words, distinguishing_words, mean_interval, paired_difference, word_recall
-from bench.retrieval import Sentence, oracle_recall, rrf_scores
+from bench.retrieval_flat import Sentence, oracle_recall, rrf_scores
+from bench.retrieval_report import TARGETS
+from bench.retrieval_scoring import CHANCE, FIT, FLAT, HELD, METHODS, WHOLE
 
 TINY_CHARS = 4000  # ~900 tokens: under every budget at 2,000, over 500
 TINY_QUESTIONS = 2
@@ -108,19 +110,19 @@ def test_retrieval_scores_every_method_at_every_budget(
     for name in SET_FILES:
         for budget, at in figures["sets"][name]["budgets"].items():
             methods = at["methods"]
-            assert list(methods) == list(retrieval.METHODS) and at["best_flat"] in retrieval.FLAT
-            whole = methods[retrieval.WHOLE]["per_question_recall"]
+            assert list(methods) == list(METHODS) and at["best_flat"] in FLAT
+            whole = methods[WHOLE]["per_question_recall"]
             for method, f in methods.items():
                 # Every method's context is a part of the document (summaries are extractive offline).
                 assert all(0.0 <= r <= w + 1e-9 for r, w in zip(f["per_question_recall"], whole, strict=True)), method
                 assert 0.0 <= f["summary_share"] <= 1.0
-                assert set(f["halves"]) == {retrieval.FIT, retrieval.HELD}
+                assert set(f["halves"]) == {FIT, HELD}
             if budget == "2000":  # the whole tiny document fits: a flat baseline takes every leaf of the engine's
-                for method in (*retrieval.FLAT, retrieval.CHANCE):
+                for method in (*FLAT, CHANCE):
                     assert methods[method]["per_question_recall"] == whole
-            assert all(methods[m]["summary_share"] == 0.0 for m in (*retrieval.FLAT, retrieval.WHOLE))
+            assert all(methods[m]["summary_share"] == 0.0 for m in (*FLAT, WHOLE))
     targets = figures["targets"]
-    assert [(t["set"], t["budget"]) for t in targets] == [(t.set_name, t.budget) for t in retrieval.TARGETS]
+    assert [(t["set"], t["budget"]) for t in targets] == [(t.set_name, t.budget) for t in TARGETS]
     assert all(isinstance(t["pass"], bool) for t in targets)
 
 
