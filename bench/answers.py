@@ -57,7 +57,7 @@ from dataclasses import asdict
 
 from bench.answers_ask import Tally, ask_all, model_citations, observed_engine, warm_up
 from bench.answers_note import Noted, UnfoundLog, fit_lines, fit_note, note_payload, note_shares, note_table
-from bench.answers_questions import FIT, HELD, OTHER_SET, SAME_SET, answerable, mixed, off_topic
+from bench.answers_questions import OTHER_SET, SAME_SET, answerable, mixed, off_topic
 from bench.answers_report import answer_table, check_targets, mixed_table, off_topic_table, tally_payload, target_line
 from bench.citations import CitationTally, citation_table, tallies_payload
 from bench.common import (
@@ -73,7 +73,7 @@ from bench.common import (
     start_run,
     write_json,
 )
-from bench.data import load_sets
+from bench.data import FIT, HELD, load_sets
 from raptor_engine.unfound import UNFOUND_CLOSENESS, UNFOUND_GAIN
 
 # -- command line --------------------------------------------------------------

@@ -18,8 +18,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.answers_questions import FIT, HELD, OTHER_SET, SAME_SET, Asked
+from bench.answers_questions import OTHER_SET, SAME_SET, Asked
 from bench.common import table
+from bench.data import FIT, HELD
 from raptor_engine.lexical import terms
 from raptor_engine.unfound import UNFOUND_CLOSENESS, UNFOUND_GAIN, Judged
 

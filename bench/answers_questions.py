@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from bench.data import DataSet
+from bench.data import FIT, DataSet, half_of
 from raptor_engine import ChannelKey
 
 OFF_TOPIC_POOLS = ("quality", "reviews")  # sets whose questions are specific enough to be off topic elsewhere
-FIT, HELD = "fit half", "other half"  # documents at even / odd positions of each set, as in bench.retrieval
 OTHER_SET, SAME_SET = "other set", "same set"  # where a mixed question's second question comes from
 
 
@@ -49,7 +48,7 @@ class Asked:
 
 def answerable(sets: Sequence[DataSet], keys: dict[str, dict[int, ChannelKey]]) -> list[Asked]:
     """Every question of every set, in its own document's channel, with its document's half."""
-    return [Asked(data.name, keys[data.name][a.index], q.text, q.gold, FIT if position % 2 == 0 else HELD)
+    return [Asked(data.name, keys[data.name][a.index], q.text, q.gold, half_of(position))
             for data in sets for position, a in enumerate(data.articles) for q in a.questions]
 
 

@@ -74,6 +74,16 @@ class Article:
     dataset: str = QUALITY_STEM
 
 
+# Every constant is fitted on one half of each set's documents and checked on the other.
+FIT, HELD = "fit half", "other half"
+
+
+def half_of(position: int) -> str:
+    """The half of its set a document at ``position`` (0-based, among the set's documents) is in:
+    :data:`FIT` at even positions, where constants are fitted; :data:`HELD` at odd ones."""
+    return FIT if position % 2 == 0 else HELD
+
+
 @dataclass(frozen=True, slots=True)
 class DataSet:
     """The distinct documents of one data file; ``duplicates`` are the lines dropped as

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.data import FIT, HELD
 from bench.measure import Interval, Paired, mean_interval, paired_difference
-from bench.retrieval_scoring import FIT, FLAT, HELD, WHOLE, Outcomes
+from bench.retrieval_scoring import FLAT, WHOLE, Outcomes
 
 MEASURES = ("recall", "specific")  # plain content-word recall, and recall of the distinguishing words
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import heading, table, verdict
-from bench.data import DataSet
+from bench.data import FIT, HELD, DataSet
 from bench.retrieval_figures import MethodFigures, SetFigures, per_question_best
-from bench.retrieval_scoring import CHANCE, FIT, FLAT, HELD, WHOLE
+from bench.retrieval_scoring import CHANCE, FLAT, WHOLE
 
 ALL_SETS = "quality,patents,reviews,financial,wikipedia"
 ALLOWED_LOSS = 0.01  # a set and budget may not lose more than one point of recall against the baseline

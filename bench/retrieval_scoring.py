@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from bench.common import ensure_article_channels
-from bench.data import Article, DataSet, Question, normalised
+from bench.data import Article, DataSet, Question, half_of, normalised
 from bench.measure import content_words, distinguishing_words, word_recall
 from bench.retrieval_flat import ChannelLeaves, document_sentences, oracle_recall, ranked, rrf_scores
 from raptor_engine import ChannelKey, Embedder, Engine, Node, RetrievalMode, TokenCounter
@@ -36,7 +36,6 @@ CHANCE = "chance"
 WHOLE = "whole document"
 ORACLE = "oracle extract"
 METHODS = (*ENGINE_MODES, *FLAT, CHANCE, WHOLE, ORACLE)
-FIT, HELD = "fit half", "other half"
 
 
 @dataclass(slots=True)
@@ -130,7 +129,7 @@ def run_set(
     results: Results = {}
     for position, article in enumerate(data.articles):
         key = keys[article.index]
-        bench = DocumentBench(engine, key, article, counter, FIT if position % 2 == 0 else HELD, channels[key])
+        bench = DocumentBench(engine, key, article, counter, half_of(position), channels[key])
         vectors = embedder.embed([q.text for q in article.questions])  # one batched call per document
         for question, vector in zip(article.questions, vectors, strict=True):
             bench.score(question, vector, budgets, results)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from bench import answers, build, query, retrieval
-from bench.data import DATA_ROOT, DEFAULT_DATA, SET_FILES, load_set, read_question
+from bench.data import DATA_ROOT, DEFAULT_DATA, FIT, HELD, SET_FILES, load_set, read_question
 from bench.measure import content_words, distinguishing_words, mean_interval, paired_difference, word_recall
 from bench.retrieval_flat import Sentence, oracle_recall, rrf_scores
 from bench.retrieval_report import TARGETS
-from bench.retrieval_scoring import CHANCE, FIT, FLAT, HELD, METHODS, WHOLE
+from bench.retrieval_scoring import CHANCE, FLAT, METHODS, WHOLE
 
 TINY_CHARS = 4000  # ~900 tokens: under every budget at 2,000, over 500
 TINY_QUESTIONS = 2
@@ -154,9 +154,9 @@ def test_answers_report_recall_summary_citations_and_refusals(
     assert [mixed[answers.OTHER_SET][n]["questions"] for n in ("quality", "patents", "reviews")] == [2, 1, 2]
     assert mixed[answers.SAME_SET] == {}  # one document per set: no other document to mix with
     note = figures["note"]
-    assert set(note["shares"]) == {answers.FIT, answers.HELD} and set(note["shares"][answers.FIT]) == {"before", "after"}
+    assert set(note["shares"]) == {FIT, HELD} and set(note["shares"][FIT]) == {"before", "after"}
     assert len(note["fitted"]) == 2 and note["constants"] == [answers.UNFOUND_CLOSENESS, answers.UNFOUND_GAIN]
-    assert all(q["half"] == answers.FIT for q in note["questions"])  # one document per set: the fit half only
+    assert all(q["half"] == FIT for q in note["questions"])  # one document per set: the fit half only
 
 
 # -- the data ------------------------------------------------------------------
