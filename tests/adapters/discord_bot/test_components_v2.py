@@ -1,7 +1,7 @@
 """An answer as one Components v2 message, and today's embeds when Discord refuses that (issue 30,
 point 7): the real discord.py client against the Discord stand-in.
 
-The message shapes are Discord's (see the Components v2 section of ``testkit/discord_api.py`` for
+The message shapes are Discord's (see ``testkit/discord_limits.py``, its Components v2 section, for
 where they come from): the flag ``IS_COMPONENTS_V2`` (1 << 15), no content nor embeds, a container
 of text displays, action rows of buttons, 4,000 characters and 40 components at most. The stand-in
 checks those, and refuses every Components v2 message with a 400 when ``refuses_components_v2`` is

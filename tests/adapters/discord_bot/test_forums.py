@@ -6,7 +6,7 @@ in the post are questions without a mention; a post marked solved (the "Mark sol
 its author or an admin only, or the forum's Solved tag) becomes a THREAD source of the forum's
 tree holding its question and accepted answer, linked to the post.
 
-Payload shapes (built in ``testkit/discord_api.py``, forum section): the forum channel (type 15,
+Payload shapes (built in ``testkit/discord_forums.py``): the forum channel (type 15,
 ``available_tags``), the post's THREAD_CREATE with ``newly_created``, its opening message (the
 thread's own id, MESSAGE_CREATE in the thread) and THREAD_UPDATE with ``applied_tags``, from
 Discord's channel resource documentation (docs/resources/channel: GUILD_FORUM, the forum tag
