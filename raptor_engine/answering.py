@@ -133,7 +133,9 @@ class ExtractiveAnswerer:
         lead = next((hit for hit in relevant if hit.node.layer > 0), None) if scope and scope.broad else None
         if lead is not None:
             others = [hit for hit in relevant if hit is not lead]
-            others.sort(key=lambda hit: hit.node.layer > 0)  # supporting excerpts from leaves first
+            # Supporting excerpts from leaves first, the closest to the question first: a context
+            # in reading order (a document's opening) would otherwise give its title and references.
+            others.sort(key=lambda hit: (hit.node.layer > 0, -hit.score))
             answer, evidence = self._broad(question, lead, others[: self._settings.max_excerpt_nodes], hits)
         else:
             answer, evidence = self._detail(question, relevant[: self._settings.max_nodes], hits, floor)

@@ -154,6 +154,23 @@ def test_scope_decides_whether_there_is_an_answer(embedder) -> None:  # type: ig
     assert not answerer.answer_now("When are tomatoes planted?", hits).found  # without a scope: the old floor
 
 
+def test_a_broad_answer_quotes_the_leaves_closest_to_the_question_not_the_first_in_the_context(
+        embedder) -> None:  # type: ignore[no-untyped-def]
+    """An overview of one document ends its context with the document's opening in reading
+    order (title, references, background): the excerpts come from the leaves the question is
+    closest to, wherever they stand in the context (max_excerpt_nodes of them)."""
+    answerer = ExtractiveAnswerer(embedder, ExtractiveSettings(max_excerpt_nodes=1, relative_cut=0.0))
+    summary = Hit(Node("s.1", 1, "The invention is a device that cleans a pet's paws with rotating brushes.", 20,
+                       source_ids=("a",)), 0.7)
+    opening = leaf("a.0", "This application claims priority to provisional application 61/819,547, filed May 4.",
+                   "a", 0, score=0.2)
+    central = leaf("a.9", "Water sprays through the rotating brushes while the paw rests in the cup.", "a", 900,
+                   score=0.6)
+    broad = Scope(breadth=0.8, kind=ScopeKind.OVERVIEW, answerable=True)
+    answer = answerer.answer_now("Write a summary of this patent.", [summary, opening, central], broad)
+    assert answer.found and "Water sprays" in answer.text and "priority" not in answer.text
+
+
 def test_trim_keeps_whole_sentences_within_the_limit() -> None:
     text = "One short sentence. Another short sentence. A third one that will not fit."
     assert trim(text, 45) == "One short sentence. Another short sentence."
