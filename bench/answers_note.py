@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.answers_questions import OTHER_SET, SAME_SET, Asked
-from bench.common import table
+from bench.common import percent, table
 from bench.data import FIT, HELD
 from raptor_engine.lexical import terms
 from raptor_engine.unfound import UNFOUND_CLOSENESS, UNFOUND_GAIN, Judged
@@ -136,11 +136,6 @@ def fit_note(notes: Sequence[Noted]) -> tuple[tuple[float, float], list[tuple[fl
         tied = [(shares, pair) for shares, pair in usable if shares.margin >= top - 1e-12]
     chosen, pair = min(tied, key=lambda item: (item[0].answerable_noted, item[1][1], item[1][0]))
     return pair, [other for shares, other in tied if shares.answerable_noted == chosen.answerable_noted]
-
-
-def percent(share: float) -> str:
-    """A share as a percentage to one decimal ("12.5 %"); "-" when it is NaN (nothing to count)."""
-    return "-" if math.isnan(share) else f"{100 * share:.1f} %"
 
 
 def note_table(notes: Sequence[Noted]) -> str:

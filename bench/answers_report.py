@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 
 from bench.answers_ask import Tally
-from bench.answers_note import percent
-from bench.common import latency_summary, table, verdict
+from bench.common import latency_summary, percent, table, verdict
 from bench.measure import mean_interval
 
 TARGET_SUMMARY_CITED = 0.90  # patent answers citing a summary node, at least

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.common import percent
 from raptor_engine.answer_check import SUPPORT_THRESHOLD, answer_claims, is_claim, support
 from raptor_engine.types import Answer
 
@@ -90,13 +91,9 @@ def citation_table(tallies: dict[str, CitationTally]) -> str:
     lines = ["| answerer | answers | sentences | citation recall | citation precision | quotes verified |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, tally in tallies.items():
-        lines.append(f"| {name} | {tally.answers} | {tally.sentences} | {_pct(tally.recall)} | "
-                     f"{_pct(tally.precision)} | {_pct(tally.verified_share)} |")
+        lines.append(f"| {name} | {tally.answers} | {tally.sentences} | {percent(tally.recall)} | "
+                     f"{percent(tally.precision)} | {percent(tally.verified_share)} |")
     return "\n".join(lines)
-
-
-def _pct(share: float) -> str:
-    return "-" if share != share else f"{100 * share:.1f} %"
 
 
 def tallies_payload(tallies: dict[str, CitationTally]) -> dict[str, dict[str, float]]:

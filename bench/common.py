@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import resource
@@ -301,6 +302,11 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.2f}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
+
+
+def percent(share: float) -> str:
+    """A share (0-1) as a percentage to one decimal ("12.5 %"); "-" when it is NaN (nothing to count)."""
+    return "-" if math.isnan(share) else f"{100 * share:.1f} %"
 
 
 def heading(text: str) -> str:
