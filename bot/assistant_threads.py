@@ -97,13 +97,32 @@ def event_time(at: str) -> float | None:
         return None
 
 
+def timed_view(at: str, channel: str) -> str:
+    """A view as kept, in memory and in Redis alike: ``<time>|<channel>``, an untimed event's
+    as of time 0 (any timed event replaces it)."""
+    return f"{at if event_time(at) is not None else '0'}|{channel}"
+
+
+def later_view_kept(kept: str, at: str) -> bool:
+    """Whether ``kept`` (a :func:`timed_view`, or an older version's plain channel id) is of a
+    later time than an event at ``at``; an untimed event is never older than what is kept."""
+    time = event_time(at)
+    if time is None or "|" not in kept:
+        return False
+    return (event_time(kept.partition("|")[0]) or 0.0) > time
+
+
+def viewed_channel(kept: str) -> str:
+    """The channel of a kept view (an older version's plain channel id as it is)."""
+    return kept.rpartition("|")[2]
+
+
 class LocalThreadState:
     """The threads of this process, the last :data:`LOCAL_THREADS` of each kind of value."""
 
     def __init__(self, size: int = LOCAL_THREADS) -> None:
         self._size = size
         self._kept: dict[str, OrderedDict[str, str]] = {what: OrderedDict() for what in (VIEWED, ANSWERED, ASKED)}
-        self._viewed_at: dict[str, float] = {}  # the time of each kept view (threads kept in VIEWED only)
 
     def put(self, what: str, thread: str, value: str) -> None:
         """Keeps ``value`` as the thread's ``what``; the oldest thread goes past the bound."""
@@ -111,22 +130,17 @@ class LocalThreadState:
         kept[thread] = value
         kept.move_to_end(thread)
         while len(kept) > self._size:
-            gone, _ = kept.popitem(last=False)
-            if what == VIEWED:
-                self._viewed_at.pop(gone, None)
+            kept.popitem(last=False)
 
     def get(self, what: str, thread: str) -> str:
         return self._kept[what].get(thread, "")
 
     async def set_viewed(self, thread: str, channel: str, at: str = "") -> None:
-        time = event_time(at)
-        if time is not None and self._viewed_at.get(thread, 0.0) > time:
-            return  # a later event's view is kept
-        self.put(VIEWED, thread, channel)
-        self._viewed_at[thread] = time or 0.0
+        if not later_view_kept(self.get(VIEWED, thread), at):
+            self.put(VIEWED, thread, timed_view(at, channel))
 
     async def viewed(self, thread: str) -> str:
-        return self.get(VIEWED, thread)
+        return viewed_channel(self.get(VIEWED, thread))
 
     async def set_answered(self, thread: str, channel: str) -> None:
         self.put(ANSWERED, thread, channel)
@@ -141,8 +155,8 @@ class LocalThreadState:
         return True
 
 
-# KEYS[1]: the thread's viewed key; ARGV: the event's time ("" for none), the channel, the
-# time to live (s). A kept view of a later time stays; an untimed one is kept as of time 0.
+# KEYS[1]: the thread's viewed key; ARGV: the event's time ("" for none), the view to keep
+# (a timed_view), the time to live (s). The same decision as later_view_kept, atomically.
 _SET_VIEWED = """
 local at = tonumber(ARGV[1])
 local kept = redis.call('GET', KEYS[1])
@@ -150,7 +164,7 @@ if at and kept then
   local time = tonumber(string.match(kept, '^([^|]*)|'))
   if time and time > at then return 0 end
 end
-redis.call('SET', KEYS[1], (at and ARGV[1] or '0') .. '|' .. ARGV[2], 'EX', tonumber(ARGV[3]))
+redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
 return 1
 """
 
@@ -171,12 +185,12 @@ class SharedThreadState:
         timed = at if event_time(at) is not None else ""
         try:
             await self._link.run(lambda r: r.eval(_SET_VIEWED, 1, self._link.key("assistant", VIEWED, thread),
-                                                  timed, channel, self._ttl_s))
+                                                  timed, timed_view(at, channel), self._ttl_s))
         except CoordinationDown:
             pass
 
     async def viewed(self, thread: str) -> str:
-        return (await self._get(VIEWED, thread)).rpartition("|")[2]
+        return viewed_channel(await self._get(VIEWED, thread))
 
     async def set_answered(self, thread: str, channel: str) -> None:
         await self._put(ANSWERED, thread, channel)
