@@ -94,7 +94,7 @@ import numpy as np
 
 from raptor_engine.lexical import LexicalIndex, terms
 from raptor_engine.types import Hit, Node
-from raptor_engine.unit_vectors import unit
+from raptor_engine.unit_vectors import unit, unit_rows
 
 FORM_LOW = 0.25
 FORM_HIGH = 0.5
@@ -339,7 +339,7 @@ def summary_map(summaries: Sequence[Node], vectors: np.ndarray) -> SummaryMap:
     embeddings, row for row)."""
     if not summaries:
         return EMPTY_MAP
-    rows = np.vstack([unit(row) for row in np.asarray(vectors, dtype=np.float32)])
+    rows = unit_rows(vectors)
     first = [i for i, node in enumerate(summaries) if node.layer == 1]
     channel_centroid = unit(rows[first].mean(axis=0) if first else rows.mean(axis=0))
     by_source: dict[str, list[int]] = {}
