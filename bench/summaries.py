@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import tempfile
 from collections import Counter
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
+from sklearn.feature_extraction.text import TfidfVectorizer
 
 from bench.common import (
     Stopwatch,
@@ -52,6 +51,7 @@ from bench.common import (
     warm_up_clustering,
     write_json,
 )
+from bench.measure import content_words
 from raptor_engine import (
     ChannelKey,
     ChromaStore,
@@ -70,7 +70,6 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PATENTS = DATA / "leval-patent-summ.jsonl"
 REVIEWS = DATA / "leval-review-summ.jsonl"
 TOP_TOKENS = 500
-_ALNUM = re.compile(r"[a-z0-9]+")
 
 
 # -- the old selector, kept here as the baseline ------------------------------
@@ -123,11 +122,6 @@ def _rank_by_centrality(sentences: list[str]) -> list[int]:
 
 
 # -- measures -----------------------------------------------------------------
-
-
-def content_words(text: str) -> set[str]:
-    """Lowercase alphanumeric tokens longer than one character, minus the English stop list."""
-    return {w for w in _ALNUM.findall(text.lower()) if len(w) > 1 and w not in ENGLISH_STOP_WORDS}
 
 
 def member_recall(summary: str, members: Sequence[str]) -> tuple[float, float]:
