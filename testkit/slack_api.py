@@ -106,6 +106,7 @@ from testkit.slack_workspace import (
     TEAM,
     SlackWorkspace,
 )
+from testkit.valkey import free_port
 
 # What tests and benchmarks import from here: every public name of the parts, so that no
 # importer needs to know which module holds it.
@@ -172,14 +173,6 @@ def lines_of(posts: Sequence[Mapping[str, Any]]) -> str:
 
 
 # -- running the real adapter against the stand-in ---------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def slack_config(slack: SlackStandIn, mode: str, command: str = "/raptor") -> Any:

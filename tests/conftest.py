@@ -32,6 +32,7 @@ from raptor_engine.reclaim import chroma_command  # noqa: E402
 from raptor_engine.store import ChromaStore  # noqa: E402
 from raptor_engine.types import ChannelKey  # noqa: E402
 from testkit.openai_stub import OpenAIStub, running_stub  # noqa: E402
+from testkit.valkey import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # `make test-fast` leaves out the "heavy" tests: those using these fixtures (the embedding
@@ -115,12 +116,6 @@ def make_engine(store: ChromaStore, embedder: SentenceTransformerEmbedder, setti
 @pytest.fixture
 def engine(store: ChromaStore, embedder: SentenceTransformerEmbedder) -> Engine:
     return make_engine(store, embedder)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_chroma_server(path: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
