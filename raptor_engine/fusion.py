@@ -30,10 +30,11 @@ DENSE_WEIGHT = 0.7
 
 def standardised(values: np.ndarray) -> np.ndarray:
     """``values`` as z-scores; all zeros when they do not spread (one value, or all equal)."""
-    spread = float(values.std())
+    deviations = values - values.mean()
+    spread = float(np.sqrt((deviations * deviations).mean()))  # values.std(), without computing the mean twice
     if spread <= 0.0:
         return np.zeros_like(values, dtype=float)
-    return (values - values.mean()) / spread
+    return deviations / spread
 
 
 def fused_order(ids: Sequence[str], cosines: Sequence[float], lexical: Mapping[str, float]) -> list[str]:
@@ -48,4 +49,6 @@ def fused_order(ids: Sequence[str], cosines: Sequence[float], lexical: Mapping[s
     dense = standardised(np.asarray(cosines, dtype=float))
     words = standardised(np.array([lexical.get(node_id, 0.0) for node_id in ids], dtype=float))
     mixed = DENSE_WEIGHT * dense + (1.0 - DENSE_WEIGHT) * words
-    return [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-mixed[i], ids[i]))]
+    # A stable sort by value of the ids in id order: equal values stay in id order.
+    by_id = np.asarray(sorted(range(len(ids)), key=ids.__getitem__))
+    return [ids[i] for i in by_id[np.argsort(-mixed[by_id], kind="stable")].tolist()]

@@ -62,7 +62,7 @@ from raptor_engine.scope import Scope, ScopeKind, SummaryMap, assess
 from raptor_engine.search_indexes import FreshLeaves, SearchIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.store.leaves import leaf_id
-from raptor_engine.tree_vectors import TreeQueries
+from raptor_engine.tree_vectors import TreeQueries, nearest_leaves
 from raptor_engine.types import Hit, RetrievalMode
 
 DEFAULT_BUDGET = defaults.BUDGET
@@ -135,10 +135,7 @@ def retrieve_scoped(
     pool = settings.top_k * 2
     vector = query.vector
     tree: TreeQueries = indexes.tree or store  # the served tree's vectors in memory, when kept
-    # One unfiltered query, twice as deep, costs half a query filtered to layer 0 (Chroma
-    # filters metadata first); the summaries it returns are dropped here.
-    nearest = tree.query_tree(state.version, vector, 2 * pool) if state else []
-    tree_leaves = [hit for hit in nearest if hit.node.layer == 0][:pool]
+    tree_leaves = nearest_leaves(tree, state.version, vector, pool) if state else []
     fresh = indexes.fresh.nearest(vector, pool)
     leaves = _merge_by_score(tree_leaves, fresh)
     summaries = indexes.summaries
@@ -155,7 +152,7 @@ def retrieve_scoped(
         ranked = _merge_by_score(_by_score(_traverse(tree, state, vector, settings.per_layer)), fresh)
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
-        words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
+        words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if i not in summaries.nodes][:pool]
         leaves = _fuse(tree, state, indexes.fresh, query, leaves, words)
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)
@@ -174,7 +171,8 @@ def _relatedness(vector: np.ndarray, leaves: list[Hit], summaries: SummaryMap) -
     centred = summaries.relatedness(vector)
     if centred is None:
         return None
-    alone = [hit.score for hit in leaves if not set(hit.node.source_ids[:1]) & summaries.centred]
+    centred_sources = summaries.centred
+    alone = [hit.score for hit in leaves if not (hit.node.source_ids and hit.node.source_ids[0] in centred_sources)]
     return max([centred, *alone])
 
 

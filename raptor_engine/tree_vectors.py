@@ -47,29 +47,59 @@ class TreeQueries(Protocol):
 @dataclass(frozen=True, slots=True)
 class TreeVectors:
     """Every node of one served tree (``tag``: its version, revision and store tag) and their unit
-    vectors, row for row."""
+    vectors, row for row; ``layers`` each layer's rows (left empty, a layer is found by reading
+    every node)."""
 
     tag: tuple[int, int, str]
     nodes: tuple[Node, ...]
     vectors: np.ndarray
     rows: dict[str, int] = field(default_factory=dict)
+    layers: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def cosines(self, vector: np.ndarray) -> np.ndarray:
+        """The cosine of every row to ``vector``."""
+        return self.vectors @ unit(vector)
 
     def nearest(self, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
-                ids: Sequence[str] | None = None) -> list[Hit]:
+                ids: Sequence[str] | None = None, cosines: np.ndarray | None = None) -> list[Hit]:
         """Up to ``n`` nodes by cosine to ``vector``, best first (ties in row order); among
-        ``ids`` (unknown ones skipped) and those matching ``where`` when given."""
-        if ids is not None:
-            candidates = np.asarray([self.rows[i] for i in dict.fromkeys(ids) if i in self.rows], dtype=np.int64)
-        else:
-            candidates = np.arange(len(self.nodes))
-        if where is not None:
-            candidates = np.asarray([row for row in candidates if _matches(self.nodes[row], where)], dtype=np.int64)
-        if n <= 0 or candidates.size == 0:
+        ``ids`` (unknown ones skipped) and those matching ``where`` when given. ``cosines``:
+        :meth:`cosines` of ``vector`` when already computed."""
+        candidates = self._candidates(where, ids)
+        if n <= 0 or (candidates is not None and candidates.size == 0):
             return []
-        whole = ids is None and where is None  # every row: no copy of the matrix
-        scores = (self.vectors if whole else self.vectors[candidates]) @ unit(vector)
-        order = np.argsort(-scores, kind="stable")[:n]
-        return [Hit(self.nodes[candidates[i]], float(scores[i])) for i in order]
+        if cosines is not None:
+            scores = cosines if candidates is None else cosines[candidates]
+        else:  # a few rows' product, not a copy of every row's
+            scores = self.cosines(vector) if candidates is None else self.vectors[candidates] @ unit(vector)
+        order = best_rows(scores, n)
+        rows = order if candidates is None else candidates[order]
+        return [Hit(self.nodes[row], score) for row, score in zip(rows.tolist(), scores[order].tolist())]
+
+    def _candidates(self, where: dict[str, Any] | None, ids: Sequence[str] | None) -> np.ndarray | None:
+        """The rows to choose among, in row order; None for every row."""
+        candidates = None
+        if ids is not None:
+            candidates = np.asarray(sorted({self.rows[i] for i in ids if i in self.rows}), dtype=np.int64)
+        if where is None:
+            return candidates
+        layer = where.get("layer") if len(where) == 1 else None
+        if layer in self.layers:
+            return self.layers[layer] if candidates is None else np.intersect1d(candidates, self.layers[layer])
+        every = range(len(self.nodes)) if candidates is None else candidates.tolist()
+        return np.asarray([row for row in every if _matches(self.nodes[row], where)], dtype=np.int64)
+
+
+def best_rows(scores: np.ndarray, n: int) -> np.ndarray:
+    """The rows of the ``n`` highest ``scores``, best first, equal scores in row order: what a
+    stable sort of all of them gives, found without sorting more than ``n`` (a question asks
+    for a hundred of a few thousand nodes)."""
+    if n >= scores.size:
+        return np.argsort(-scores, kind="stable")
+    cut = scores[np.argpartition(-scores, n - 1)[n - 1]]  # the n-th highest score
+    above = np.flatnonzero(scores > cut)
+    chosen = np.concatenate([above, np.flatnonzero(scores == cut)[:n - above.size]])
+    return chosen[np.lexsort((chosen, -scores[chosen]))]
 
 
 def tree_vectors(store: ChannelStore, state: TreeState) -> TreeVectors:
@@ -79,27 +109,57 @@ def tree_vectors(store: ChannelStore, state: TreeState) -> TreeVectors:
     stored = store.get_tree_embeddings(state.version, [node.id for node in nodes])
     kept = tuple(node for node in nodes if node.id in stored)
     matrix = unit_rows(np.vstack([stored[node.id] for node in kept])) if kept else np.zeros((0, 0), np.float32)
-    return TreeVectors(_tag(state), kept, matrix, {node.id: row for row, node in enumerate(kept)})
+    layers: dict[int, list[int]] = {}
+    for row, node in enumerate(kept):
+        layers.setdefault(node.layer, []).append(row)
+    return TreeVectors(_tag(state), kept, matrix, {node.id: row for row, node in enumerate(kept)},
+                       {layer: np.asarray(rows, dtype=np.int64) for layer, rows in layers.items()})
 
 
 class InMemoryTree:
     """A channel's :class:`TreeQueries` answered from the served tree's :class:`TreeVectors`;
-    any other tree version (the previous one, one being built) is asked of the store."""
+    any other tree version (the previous one, one being built) is asked of the store.
+
+    The cosines of the last vector asked about are kept: a question's retrieval asks several
+    times with its one vector (its nearest leaves, then the cosines of the leaves BM25 found),
+    and one product over the tree serves them all."""
 
     def __init__(self, store: ChannelStore, vectors: TreeVectors) -> None:
         self._store = store
         self._vectors = vectors
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def vectors(self) -> TreeVectors:
         """The served tree's nodes and vectors this answers from."""
         return self._vectors
 
+    def serves(self, version: int) -> bool:
+        """Whether tree ``version`` is answered from memory."""
+        return version == self._vectors.tag[0]
+
     def query_tree(self, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
                    ids: Sequence[str] | None = None) -> list[Hit]:
-        if version != self._vectors.tag[0] or not _simple(where):
+        if not self.serves(version) or not _simple(where):
             return self._store.query_tree(version, vector, n, where, ids)
-        return self._vectors.nearest(vector, n, where, ids)
+        return self._vectors.nearest(vector, n, where, ids, self._cosines(vector))
+
+    def _cosines(self, vector: np.ndarray) -> np.ndarray:
+        last = self._last  # read once: threads may share this tree
+        if last is not None and last[0] is vector:
+            return last[1]
+        cosines = self._vectors.cosines(vector)
+        self._last = (vector, cosines)
+        return cosines
+
+
+def nearest_leaves(tree: TreeQueries, version: int, vector: np.ndarray, n: int) -> list[Hit]:
+    """The ``n`` leaves of tree ``version`` nearest to ``vector``, best first. In memory, the
+    nearest leaves; from Chroma, the leaves among the ``2n`` nearest nodes: one unfiltered query
+    twice as deep costs half a query filtered to layer 0 (Chroma filters metadata first)."""
+    if isinstance(tree, InMemoryTree) and tree.serves(version):
+        return tree.query_tree(version, vector, n, where={"layer": 0})
+    return [hit for hit in tree.query_tree(version, vector, 2 * n) if hit.node.layer == 0][:n]
 
 
 class TreeVectorCache:

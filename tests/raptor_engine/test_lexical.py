@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from raptor_engine.lexical import LexicalIndex
 
@@ -49,3 +50,18 @@ def test_a_texts_columns_are_its_indexed_words_in_order_and_frequencies_go_by_st
     words = ["checks", "valve", "pump"]
     assert index.stem_frequencies(np.asarray([index._vocabulary[w] for w in words])).tolist() == [1, 2, 1]
     assert index.frequencies(words) == [1, 2, 1]
+
+
+def test_scores_are_the_bm25_sum_over_the_query_words() -> None:
+    """Read straight off the term rows, each text's score is its words' saturated counts times
+    their IDF, added up: the product of the query's rows of the index with their IDF."""
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(3, 30)))) for _ in range(60)]
+    index = LexicalIndex([f"t{i:02d}" for i in range(60)], texts)
+    for query in ("w1 w2 w3", "w39", "w5 w5 w7 w11 w13 w17 w19 w23", "w0 nothing"):
+        columns = index._columns(query)
+        expected = np.asarray(index._weights[columns].T @ index._idf[columns]).ravel()
+        assert np.allclose(index._scores(columns), expected, rtol=1e-12, atol=0)
+        ranked = index.top(query, 60)
+        assert [score for _, score in ranked] == pytest.approx(sorted(expected[expected > 0], reverse=True), rel=1e-12)

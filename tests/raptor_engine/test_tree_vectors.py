@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from raptor_engine import SentenceTransformerEmbedder, search_indexes, tree_vect
 from raptor_engine.engine import Engine
 from raptor_engine.retrieval import RetrievalSettings
 from raptor_engine.store import ChannelStore, ChromaStore
-from raptor_engine.tree_vectors import InMemoryTree, TreeVectorCache, TreeVectors
+from raptor_engine.tree_vectors import InMemoryTree, TreeVectorCache, TreeVectors, best_rows, nearest_leaves
 from raptor_engine.types import ChannelKey, Document, Hit, Node, RetrievalMode
 from tests.conftest import SAMPLE, make_engine
 from tests.raptor_engine.test_answering import LIGHTHOUSE
@@ -38,6 +38,65 @@ def test_nearest_is_exact_with_ties_in_row_order_and_filters() -> None:
     assert [hit.node.id for hit in tree.nearest(np.array([1.0, 0.0]), 9, ids=["b", "x", "c"])] == ["c", "b"]
     assert [hit.node.id for hit in tree.nearest(np.array([1.0, 0.0]), 9, where={"layer": 1})] == ["c"]
     assert tree.nearest(np.array([1.0, 0.0]), 0) == [] and tree.nearest(np.array([1.0, 0.0]), 3, ids=[]) == []
+
+
+def test_best_rows_are_what_a_stable_sort_gives() -> None:
+    rng = np.random.default_rng(3)
+    for size in (1, 7, 50, 400):
+        scores = rng.integers(0, 12, size).astype(np.float32) / 11  # many ties
+        for n in (1, 2, size // 2 or 1, size, size + 3):
+            assert best_rows(scores, n).tolist() == np.argsort(-scores, kind="stable")[:n].tolist()
+
+
+def _layered_tree() -> TreeVectors:
+    """Three leaves and two summaries, the summaries nearest to (1, 0), rows not in layer order."""
+    rows = {"s1": ([1.0, 0.0], 1), "a": ([0.9, 0.1], 0), "s2": ([0.99, 0.05], 2), "b": ([0.5, 0.5], 0), "c": ([0.0, 1.0], 0)}
+    nodes = tuple(_node(node_id, layer) for node_id, (_, layer) in rows.items())
+    matrix = np.array([vector for vector, _ in rows.values()], dtype=np.float32)
+    return TreeVectors((1, 0, "t"), nodes, matrix / np.linalg.norm(matrix, axis=1, keepdims=True),
+                       {node.id: row for row, node in enumerate(nodes)},
+                       {0: np.array([1, 3, 4]), 1: np.array([0]), 2: np.array([2])})
+
+
+def test_a_layer_is_found_by_its_rows_as_by_reading_every_node() -> None:
+    tree = _layered_tree()
+    unindexed = TreeVectors(tree.tag, tree.nodes, tree.vectors, tree.rows)  # no layer rows: every node is read
+    vector = np.array([1.0, 0.2])
+    for where, ids in (({"layer": 0}, None), ({"layer": 2}, None), ({"layer": 0}, ["c", "s1", "a"]), (None, ["b", "a"])):
+        found = [hit.node.id for hit in tree.nearest(vector, 9, where, ids)]
+        assert found == [hit.node.id for hit in unindexed.nearest(vector, 9, where, ids)]
+    assert [hit.node.id for hit in tree.nearest(vector, 9, {"layer": 0}, ["c", "s1", "a"])] == ["a", "c"]
+
+
+def test_one_product_serves_every_query_with_the_same_vector(store: ChromaStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = _layered_tree()
+    vector = np.array([1.0, 0.2])
+    expected = [tree.nearest(vector, 3), tree.nearest(vector, 9, ids=["c", "b"]), tree.nearest(vector, 9, {"layer": 0})]
+    products: list[int] = []
+    original = TreeVectors.cosines
+    monkeypatch.setattr(TreeVectors, "cosines", lambda self, vector: products.append(1) or original(self, vector))
+    memory = InMemoryTree(store.channel(ChannelKey("slack", "T1", "C1")), tree)
+    found = [memory.query_tree(1, vector, 3), memory.query_tree(1, vector, 9, ids=["c", "b"]),
+             memory.query_tree(1, vector, 9, where={"layer": 0})]
+    assert found == expected and len(products) == 1
+    memory.query_tree(1, np.array([0.0, 1.0]), 3)  # another question's vector: another product
+    assert len(products) == 2
+
+
+def test_nearest_leaves_in_memory_are_the_nearest_leaves_and_from_chroma_those_among_twice_as_many_nodes() -> None:
+    tree = _layered_tree()
+
+    class Store:  # what Chroma answers: the nodes nearest, every layer, best first
+        def query_tree(self, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
+                       ids: Sequence[str] | None = None) -> list[Hit]:
+            return tree.nearest(vector, n, where, ids)
+
+    vector = np.array([1.0, 0.0])
+    memory = InMemoryTree(cast(ChannelStore, Store()), tree)
+    assert [hit.node.id for hit in nearest_leaves(memory, 1, vector, 1)] == ["a"]
+    assert nearest_leaves(Store(), 1, vector, 1) == []  # the 2 nearest nodes are the summaries
+    assert [hit.node.id for hit in nearest_leaves(memory, 1, vector, 2)] == ["a", "b"]
+    assert [hit.node.id for hit in nearest_leaves(Store(), 1, vector, 2)] == ["a", "b"]  # of s1, s2, a, b
 
 
 def _counting_store_queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
