@@ -30,12 +30,14 @@ class TreeStates:
         self.known: dict[int, TreePlace] = {}  # trees served now or before, by version (never change)
         self.written: dict[int, TreePlace] = {}  # trees this store wrote, by version
         self._present: set[str] = set()  # served trees seen to exist (checked once)
+        self._parsed: tuple[dict[str, Any], TreeState] | None = None  # the last record read, parsed
 
     def forget(self) -> None:
         """Forgets every place known: a drop deleted the trees."""
         self.known.clear()
         self.written.clear()
         self._present.clear()
+        self._parsed = None
 
     def live(self) -> TreeState | None:
         """The served tree's state, or None if no tree was ever built; a missing tree healed first."""
@@ -45,15 +47,22 @@ class TreeStates:
         return state
 
     def read(self) -> TreeState | None:
-        """The served state as stored (not healed), noting where it and the previous tree are."""
-        meta = self._read_meta()
-        if meta is None:
+        """The served state as stored (not healed), noting where it and the previous tree are.
+        Parsed once per record read: every question reads it, and a remembered record is the
+        same object until this process writes again (``write_clock.py``)."""
+        kept = self._at.remembered.get("state", self._read_stored_meta)
+        if kept is None:
             return None
+        parsed = self._parsed
+        if parsed is not None and parsed[0] is kept:
+            return parsed[1]
+        meta = dict(kept)
         state = state_from(meta)
         self.known[state.version] = TreePlace(state.version, state.slot, state.tag)
         previous = place_from_json(meta["previous"])
         if previous is not None:
             self.known[previous.version] = previous
+        self._parsed = (kept, state)
         return state
 
     def _read_meta(self) -> dict[str, Any] | None:

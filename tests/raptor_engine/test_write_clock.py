@@ -86,6 +86,28 @@ def test_an_embedded_store_reads_the_state_and_sources_once_until_it_writes(tmp_
     assert counter.gets > read
 
 
+def test_the_kept_state_is_parsed_once_and_a_new_one_after_a_write(tmp_path: Path, channel: ChannelKey,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every question reads the served state: while the record is kept, so is what it parses to."""
+    from raptor_engine.store import tree_state
+
+    store = ChromaStore.embedded(tmp_path / "chroma")
+    channel_store = store.channel(channel)
+    channel_store.put_source(_source("a" * 64, "A"), "text a")
+    _serve(channel_store, "a" * 64)
+    parsed: list[int] = []
+    original = tree_state.state_from
+    monkeypatch.setattr(tree_state, "state_from", lambda meta: parsed.append(1) or original(meta))
+    first = channel_store.live_state()
+    assert all(channel_store.live_state() is first for _ in range(3)) and len(parsed) == 1
+    channel_store.put_source(_source("b" * 64, "B"), "text b")
+    served = _serve(channel_store, "b" * 64)
+    again = channel_store.live_state()  # read afresh after the writes (the switch reads it too)
+    assert again is not None and again.version == served.version != first.version
+    count = len(parsed)
+    assert channel_store.live_state() is again and len(parsed) == count
+
+
 def test_a_write_through_another_store_of_the_same_directory_is_seen(tmp_path: Path, channel: ChannelKey) -> None:
     """Two stores opened on one data directory in one process (a bot and a command) share a clock."""
     one = ChromaStore.embedded(tmp_path / "chroma")
