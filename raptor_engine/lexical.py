@@ -170,6 +170,11 @@ class LexicalIndex:
         """How many texts are indexed."""
         return len(self._ids)
 
+    @property
+    def width(self) -> int:
+        """How many distinct words are indexed: every column is below it."""
+        return len(self._vocabulary)
+
     def frequencies(self, words: Sequence[str]) -> list[int]:
         """For each word (as :func:`terms` gives them), how many indexed texts hold it or
         another form of it with the same :func:`stem`; 0 for a word the texts never use."""

@@ -244,29 +244,45 @@ def _covering(
     relevance += [scope.breadth / (RRF_K + rank + 1) for rank in range(len(pool) - len(leaves))]
     # Without an index (nothing of the channel indexed) the candidates' own words are counted.
     index = lexical or LexicalIndex([hit.node.id for hit in pool], [hit.node.text for hit in pool])
-    weights, words = _word_weights([index.columns_of(hit.node.text) for hit in pool], relevance, scope.breadth, lexical)
+    weights, words = _word_weights([index.columns_of(hit.node.text) for hit in pool], index.width, relevance,
+                                   scope.breadth, lexical)
     chosen = _greedy_cover(pool, words, weights, settings)
     return [hit for hit in chosen if hit.node.layer > 0] + [hit for hit in chosen if hit.node.layer == 0]
 
 
 def _word_weights(
-    columns: Sequence[np.ndarray], relevance: Sequence[float], breadth: float, lexical: LexicalIndex | None
+    columns: Sequence[np.ndarray], width: int, relevance: Sequence[float], breadth: float, lexical: LexicalIndex | None
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """How much each candidate word is worth covering: the share of the candidates' relevance
     held by the candidates using it, blended, in the measure of ``breadth``, with the share
     of the whole material using it (an overview is about what the material says most).
 
-    ``columns`` are each candidate's words as index columns. Returns the weight of each word
-    the candidates use, and each candidate's words as positions in that array."""
+    ``columns`` are each candidate's words as index columns, all below ``width``. Returns the
+    weight of each word the candidates use, and each candidate's words as positions in that array."""
     lengths = np.fromiter(map(len, columns), dtype=np.int64, count=len(columns))
     shares = np.asarray(relevance, dtype=np.float64) / (sum(relevance) or 1.0)
-    held, positions = np.unique(np.concatenate(columns), return_inverse=True)
+    held, positions = _distinct(np.concatenate(columns), width)
     # bincount adds in the candidates' order, as the sum word by word did: the same weights.
     weights: np.ndarray = np.bincount(positions, weights=np.repeat(shares, lengths), minlength=len(held))
     if lexical is not None and lexical.size and breadth > 0:
         weights = (1 - breadth) * weights + breadth * lexical.stem_frequencies(held) / lexical.size
     ends = np.cumsum(lengths).tolist()
     return weights, [positions[end - length:end] for end, length in zip(ends, lengths.tolist())]
+
+
+def _distinct(values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for values in ``[0, width)``: the distinct
+    values ascending, and each value's place among them. Marked in an array of ``width``
+    instead of sorted: a broad question's candidates hold some ten thousand words of a
+    channel's few tens of thousands, and the sort took a third of its coverage."""
+    if width > 8 * values.size:  # a sparse few of a large vocabulary: sorting them costs less
+        return np.unique(values, return_inverse=True)
+    present = np.zeros(width, dtype=bool)
+    present[values] = True
+    held = np.flatnonzero(present)
+    place = np.zeros(width, dtype=np.intp)
+    place[held] = np.arange(held.size)
+    return held, place[values]
 
 
 def _greedy_cover(

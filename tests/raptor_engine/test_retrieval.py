@@ -228,3 +228,16 @@ def test_coverage_takes_no_repeat_and_counts_the_candidates_own_words_without_an
     # a's words are those most candidates share; b repeats a and d adds nothing new: neither spends budget.
     assert indexed == ["a", "c"]
     assert [h.node.id for h in retrieval._covering(query, settings, scope, ranked, empty, None)] == indexed
+
+
+def test_the_distinct_words_of_the_candidates_are_what_a_sort_finds() -> None:
+    """Coverage marks its candidates' words in an array as wide as the index instead of sorting
+    them (and sorts a sparse few of a wide index): the same words, each at the same place."""
+    rng = np.random.default_rng(5)
+    for width, count in ((40, 300), (20_000, 10_000), (20_000, 30), (1, 4)):
+        values = rng.integers(0, width, count).astype(np.int32)
+        held, places = retrieval._distinct(values, width)
+        expected_held, expected_places = np.unique(values, return_inverse=True)
+        assert held.tolist() == expected_held.tolist() and places.tolist() == expected_places.tolist()
+    index = LexicalIndex(["a", "b"], ["pump valve", "valve gasket torque"])
+    assert index.width == 4 and all(column < index.width for column in index.columns_of("pump gasket torque valve"))
