@@ -36,6 +36,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from raptor_engine import defaults
 from raptor_engine.answering import QUOTE_CHARS, quote
@@ -223,16 +224,14 @@ def _passage(citing: Sequence[str], texts: Sequence[str]) -> str:
     return span if len(" ".join(span.split())) <= QUOTE_CHARS else texts[best[0]][best[1]:best[2]]
 
 
-def _best_sentence(wanted: set[str], texts: Sequence[str]) -> tuple[int, int, int, int] | None:
+def _best_sentence(wanted: frozenset[str], texts: Sequence[str]) -> tuple[int, int, int, int] | None:
     """(text index, start, end, words shared) of the sentence of ``texts`` sharing the most of
     ``wanted`` (the first on a tie; the first sentence when none shares any). Headings are
     never a passage."""
     best: tuple[int, int, int, int] | None = None
     for index, text in enumerate(texts):
-        for start, end in split_sentences(text):
-            if _HEADING.match(text, start):
-                continue
-            shared = len(_stems(text[start:end]) & wanted)
+        for start, end, stems in _sentences(text):
+            shared = len(stems & wanted)
             if best is None or shared > best[3]:
                 best = (index, start, end, shared)
     return best
@@ -258,5 +257,24 @@ def _numbers(text: str) -> tuple[int, ...]:
     return tuple(int(part) for match in _MARKERS.finditer(text) for part in match.group(1).split(","))
 
 
-def _stems(text: str) -> set[str]:
-    return {stem(word) for word in terms(text)}
+# An answer citing a summary looks for each of its sentences among every excerpt beneath it,
+# and for each claim in all the texts it cites: the same texts, split and stemmed once each.
+# (Split and stemmed again every time, a theme's offline answer spent 2 s in its check.)
+TEXT_CACHE = 2048  # texts whose stems and sentences are kept, least recently used let go
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _stems(text: str) -> frozenset[str]:
+    """The stems of ``text``'s content words."""
+    return _stems_of(text)
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _sentences(text: str) -> tuple[tuple[int, int, frozenset[str]], ...]:
+    """``text``'s sentences as (start, end, stems), headings left out (never a passage)."""
+    return tuple((start, end, _stems_of(text[start:end])) for start, end in split_sentences(text)
+                 if not _HEADING.match(text, start))
+
+
+def _stems_of(text: str) -> frozenset[str]:
+    return frozenset(stem(word) for word in terms(text))

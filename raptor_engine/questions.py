@@ -31,6 +31,7 @@ from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retriev
 from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChannelStore, TreeState
 from raptor_engine.threads import in_thread
+from raptor_engine.tree_vectors import TreeQueries
 from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node, Source
 
 EVIDENCE_LEAVES = 400  # excerpts read under one cited summary: a root may span a whole source
@@ -108,7 +109,7 @@ class Questions:
         and sources its retrieval read (not read again)."""
         if not answer.found or not answer.citations:
             return answer
-        evidence = cited_evidence(found.channel, found.state, answer)
+        evidence = cited_evidence(found.nodes, found.state, answer)
         checked = check_answer(answer, evidence, question, self._support_threshold, self._judge)
         changed = set(found.state.replaced.values()) if found.state else set()
         return dated(checked, found.sources, changed, added_since(found.state, found.sources))
@@ -132,7 +133,8 @@ class Questions:
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
         indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
-        return _Found(retrieve_scoped(channel, state, query, settings, indexes), channel, state, list(sources.values()))
+        return _Found(retrieve_scoped(channel, state, query, settings, indexes), channel, state, list(sources.values()),
+                      indexes.tree or channel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +146,10 @@ class _Found:
     channel: ChannelStore
     state: TreeState | None
     sources: list[Source]
+    nodes: TreeQueries  # the served tree in memory, where retrieval searched it there
 
 
-def cited_evidence(channel: ChannelStore, state: TreeState | None, answer: Answer,
+def cited_evidence(channel: TreeQueries, state: TreeState | None, answer: Answer,
                    limit: int = EVIDENCE_LEAVES) -> dict[str, Evidence]:
     """The :class:`Evidence` of each node ``answer`` cites: a leaf's text; a summary's text and
     the excerpts beneath it (at most ``limit`` of them), read from tree ``state`` (the one
@@ -207,7 +210,7 @@ def dated(answer: Answer, sources: Sequence[Source], changed: set[str], added: S
     return replace(answer, citations=tuple(marked(c) for c in answer.citations))
 
 
-def _leaves_beneath(channel: ChannelStore, version: int, summary: Node, limit: int) -> list[Node]:
+def _leaves_beneath(channel: TreeQueries, version: int, summary: Node, limit: int) -> list[Node]:
     """The leaves under ``summary`` in tree ``version``, at most ``limit``: one read per layer."""
     leaves: list[Node] = []
     frontier = list(summary.children)

@@ -35,12 +35,17 @@ MEMORY_NODES = 100_000  # nodes of served trees kept in memory over all channels
 
 
 class TreeQueries(Protocol):
-    """What retrieval asks of a tree: its nearest nodes to a vector (``ChannelStore`` has it)."""
+    """What retrieval asks of a tree: its nearest nodes to a vector, and what an answer's check
+    reads of it: nodes by id (``ChannelStore`` has both)."""
 
     def query_tree(self, version: int, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
                    ids: Sequence[str] | None = None) -> list[Hit]:
         """Nodes of tree ``version`` nearest to ``vector``, best first; ``where`` a simple
         ``{"layer": n}``, ``ids`` the nodes to choose among."""
+        ...
+
+    def get_nodes(self, version: int, ids: Sequence[str]) -> list[Node]:
+        """The nodes with these ids in tree ``version`` (missing ids are skipped), in the order asked."""
         ...
 
 
@@ -143,6 +148,14 @@ class InMemoryTree:
         if not self.serves(version) or not _simple(where):
             return self._store.query_tree(version, vector, n, where, ids)
         return self._vectors.nearest(vector, n, where, ids, self._cosines(vector))
+
+    def get_nodes(self, version: int, ids: Sequence[str]) -> list[Node]:
+        """:meth:`ChannelStore.get_nodes`, from memory for the served tree (an answer citing a
+        summary reads the excerpts beneath it, layer by layer: a Chroma read each)."""
+        if not self.serves(version):
+            return self._store.get_nodes(version, ids)
+        rows, nodes = self._vectors.rows, self._vectors.nodes
+        return [nodes[rows[node_id]] for node_id in ids if node_id in rows]
 
     def _cosines(self, vector: np.ndarray) -> np.ndarray:
         last = self._last  # read once: threads may share this tree

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from raptor_engine import answer_check
 from raptor_engine.answer_check import Evidence, answer_claims, check_answer, is_verbatim, support
 from raptor_engine.engine import Engine, EngineSettings
 from raptor_engine.llm import LLMAnswerer, LLMClient, LLMSettings
@@ -89,6 +90,25 @@ def test_a_summary_is_quoted_from_the_excerpts_beneath_it_or_not_at_all() -> Non
     alone = check_answer(answer, {"s": Evidence(written.text, (), leaf=False)})
     assert alone.citations[0].quote == "" and alone.unverified_quotes == 1
     assert alone.citations[0].node_id == "s"  # the citation stays, as a link
+
+
+def test_each_excerpt_is_split_and_stemmed_once_however_many_sentences_cite_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A summary's citation looks for each sentence citing it among every excerpt beneath it, and
+    each claim is checked against them all: each text is split into sentences and stemmed once
+    (a theme's offline answer, citing summaries over hundreds of excerpts, spent 2 s doing it again)."""
+    split: list[str] = []
+    original = answer_check.split_sentences
+    monkeypatch.setattr(answer_check, "split_sentences", lambda text: split.append(text) or original(text))
+    answer_check._sentences.cache_clear()
+    answer_check._stems.cache_clear()
+    excerpts = tuple(f"Crew {i} turns the compost on day {i}. The garden gate {i} opens at seven." for i in range(30))
+    written = summary("s", "Volunteers turn the compost and open the garden gates.", tuple(f"l{i}" for i in range(30)))
+    text = " ".join(f"Crew {i} turns the compost on day {i} [1]." for i in range(0, 30, 3))
+    checked = check_answer(answered(text, written), {"s": Evidence(written.text, excerpts, leaf=False)})
+    assert checked.citations[0].quote.startswith("Crew ") and is_verbatim(checked.citations[0].quote, excerpts)
+    assert checked.unsupported == () and checked.unverified_quotes == 0
+    excerpts_split = [t for t in split if t in excerpts]
+    assert sorted(excerpts_split) == sorted(excerpts)  # each once, though ten sentences cite them
 
 
 def test_sentences_citing_the_wrong_passage_or_nothing_are_unsupported() -> None:

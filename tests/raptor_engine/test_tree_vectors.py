@@ -83,6 +83,18 @@ def test_one_product_serves_every_query_with_the_same_vector(store: ChromaStore,
     assert len(products) == 2
 
 
+def test_nodes_of_the_served_tree_are_read_from_memory_in_the_order_asked(store: ChromaStore) -> None:
+    tree = _layered_tree()
+
+    class Store:  # another version is read from the store
+        def get_nodes(self, version: int, ids: Sequence[str]) -> list[Node]:
+            return [_node(f"stored-{node_id}") for node_id in ids]
+
+    memory = InMemoryTree(cast(ChannelStore, Store()), tree)
+    assert [node.id for node in memory.get_nodes(1, ["c", "missing", "s1", "a"])] == ["c", "s1", "a"]
+    assert [node.id for node in memory.get_nodes(2, ["c"])] == ["stored-c"]
+
+
 def test_nearest_leaves_in_memory_are_the_nearest_leaves_and_from_chroma_those_among_twice_as_many_nodes() -> None:
     tree = _layered_tree()
 
@@ -194,6 +206,22 @@ def test_the_first_question_after_a_rebuild_reads_nothing_of_the_tree(
         original = getattr(ChannelStore, name)
         monkeypatch.setattr(ChannelStore, name, lambda self, *a, _name=name, _f=original, **k: reads.append(_name) or _f(self, *a, **k))
     assert engine.retrieve(channel, QUESTIONS[0]) and engine.retrieve(channel, QUESTIONS[1])
+    assert reads == []
+
+
+def test_an_answer_citing_a_summary_reads_the_excerpts_beneath_it_from_memory(
+    engine: Engine, channel: ChannelKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine.ingest_file(channel, SAMPLE)
+    engine.ingest(channel, Document(LIGHTHOUSE, "Keepers' manual"))
+    asyncio.run(engine.rebuild(channel))
+    engine.retrieve(channel, QUESTIONS[0])  # the tree in memory
+    reads: list[int] = []
+    original = ChannelStore.get_nodes
+    monkeypatch.setattr(ChannelStore, "get_nodes", lambda self, version, ids: reads.append(version) or original(self, version, ids))
+    answer = asyncio.run(engine.answer(channel, QUESTIONS[1]))
+    summaries = [citation for citation in answer.citations if citation.layer > 0]
+    assert summaries and all(citation.quote for citation in summaries)  # quoted from the excerpts beneath
     assert reads == []
 
 
