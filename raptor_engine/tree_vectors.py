@@ -62,7 +62,9 @@ class TreeVectors:
     layers: dict[int, np.ndarray] = field(default_factory=dict)
 
     def cosines(self, vector: np.ndarray) -> np.ndarray:
-        """The cosine of every row to ``vector``."""
+        """The cosine of every row to ``vector`` (none for a tree whose nodes were all forgotten)."""
+        if not self.nodes:
+            return np.zeros(0, dtype=np.float32)
         return self.vectors @ unit(vector)
 
     def nearest(self, vector: np.ndarray, n: int, where: dict[str, Any] | None = None,
@@ -71,7 +73,7 @@ class TreeVectors:
         ``ids`` (unknown ones skipped) and those matching ``where`` when given. ``cosines``:
         :meth:`cosines` of ``vector`` when already computed."""
         candidates = self._candidates(where, ids)
-        if n <= 0 or (candidates is not None and candidates.size == 0):
+        if n <= 0 or not self.nodes or (candidates is not None and candidates.size == 0):
             return []
         if cosines is not None:
             scores = cosines if candidates is None else cosines[candidates]

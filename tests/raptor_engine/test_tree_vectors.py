@@ -68,6 +68,16 @@ def test_a_layer_is_found_by_its_rows_as_by_reading_every_node() -> None:
     assert [hit.node.id for hit in tree.nearest(vector, 9, {"layer": 0}, ["c", "s1", "a"])] == ["a", "c"]
 
 
+def test_a_tree_whose_nodes_were_all_forgotten_finds_nothing(store: ChromaStore) -> None:
+    """A forget can leave the served tree without a node (an edit took a channel's only text
+    away): its matrix is empty, and every query finds nothing instead of failing."""
+    empty = TreeVectors((1, 1, "t"), (), np.zeros((0, 0), np.float32))
+    memory = InMemoryTree(store.channel(ChannelKey("slack", "T1", "C1")), empty)
+    vector = np.ones(4, dtype=np.float32)
+    assert memory.query_tree(1, vector, 5) == [] and nearest_leaves(memory, 1, vector, 5) == []
+    assert memory.query_tree(1, vector, 5, ids=["a"]) == [] and empty.nearest(vector, 5) == []
+
+
 def test_one_product_serves_every_query_with_the_same_vector(store: ChromaStore, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = _layered_tree()
     vector = np.array([1.0, 0.2])
