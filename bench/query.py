@@ -175,9 +175,7 @@ def ratio_report(rounds: Sequence[SideBySide], commands: Sequence[CommandRound])
     rows = [[i + 1, 1000 * float(np.mean(r.retrieve)), 1000 * float(np.mean(r.brute)), r.ratio,
              latency_summary(r.retrieve)["p50_ms"], latency_summary(r.brute)["p50_ms"]] for i, r in enumerate(rounds)]
     print(table(["round", "retrieve mean ms", "brute mean ms", "ratio", "retrieve p50 ms", "brute p50 ms"], rows))
-    ratio = float(np.median([r.ratio for r in rounds]))
-    passed = ratio <= TARGET_RATIO
-    print(f"median ratio = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict(passed)}   [{machine_line('load')}]")
+    ratio, passed = median_verdict([r.ratio for r in rounds], "median ratio")
     figures: dict[str, object] = {
         "rounds": [{"retrieve_ms": 1000 * float(np.mean(r.retrieve)), "brute_ms": 1000 * float(np.mean(r.brute)),
                     "ratio": r.ratio} for r in rounds],
@@ -193,13 +191,20 @@ def command_report(commands: Sequence[CommandRound]) -> dict[str, object]:
     names = list(commands[0].figures)
     print(table(["round", *(f"{name}: ms a question" for name in names), "ratio"],
                 [[i + 1, *(1000 * each for _, each in r.figures.values()), r.ratio] for i, r in enumerate(commands)]))
-    ratio = float(np.median([r.ratio for r in commands]))
-    passed = ratio <= TARGET_RATIO
-    print(f"median ratio of the commands = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict(passed)}   "
-          f"[{machine_line('load')}]  (ms a question: start-up excluded)")
+    ratio, passed = median_verdict([r.ratio for r in commands], "median ratio of the commands",
+                                   "  (ms a question: start-up excluded)")
     return {"rounds": [{name: {"seconds": whole, "ms_a_question": 1000 * each}
                         for name, (whole, each) in r.figures.items()} | {"ratio": r.ratio} for r in commands],
             "median_ratio": ratio, "target_max": TARGET_RATIO, "pass": passed}
+
+
+def median_verdict(ratios: Sequence[float], label: str, note: str = "") -> tuple[float, bool]:
+    """Prints the median of ``ratios`` against the target with the machine's load; returns it
+    and whether it passed."""
+    ratio = float(np.median(ratios))
+    passed = ratio <= TARGET_RATIO
+    print(f"{label} = {ratio:.2f} (target <= {TARGET_RATIO}): {verdict(passed)}   [{machine_line('load')}]{note}")
+    return ratio, passed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raptor_engine.chunking import sentences
-from raptor_engine.tokens import MAX_CHARS_PER_TOKEN
+from raptor_engine.tokens import token_floor
 from raptor_engine.types import Hit, Node
 
 
@@ -46,7 +46,7 @@ def cost(node: Node) -> int:
     """The tokens ``node`` spends of a budget: its stored count, never under the token floor
     of its length. Nodes stored before the counter charged long unbroken runs by length
     carry counts like 1 for a megabyte of hex; this keeps them from filling a context."""
-    return max(node.tokens, -(-len(node.text) // MAX_CHARS_PER_TOKEN))  # token_floor, inlined: called per candidate
+    return max(node.tokens, token_floor(node.text))
 
 
 def _sentence_set(text: str) -> set[str]:

@@ -29,7 +29,7 @@ from raptor_engine.errors import ChannelError, NoMaterial
 from raptor_engine.protocols import Answerer, AnswerStream, Embedder, StreamingAnswerer, SupportJudge
 from raptor_engine.retrieval import Query, RetrievalSettings, Retrieved, retrieve_scoped
 from raptor_engine.search_indexes import ChannelIndexes
-from raptor_engine.store import ChannelStore, TreeState
+from raptor_engine.store import TreeState
 from raptor_engine.threads import in_thread
 from raptor_engine.tree_vectors import TreeQueries
 from raptor_engine.types import Answer, ChannelKey, Citation, Hit, Node, Source
@@ -109,7 +109,7 @@ class Questions:
         and sources its retrieval read (not read again)."""
         if not answer.found or not answer.citations:
             return answer
-        evidence = cited_evidence(found.nodes, found.state, answer)
+        evidence = cited_evidence(found.tree, found.state, answer)
         checked = check_answer(answer, evidence, question, self._support_threshold, self._judge)
         changed = set(found.state.replaced.values()) if found.state else set()
         return dated(checked, found.sources, changed, added_since(found.state, found.sources))
@@ -133,23 +133,22 @@ class Questions:
         query = Query(question, self._embedder.embed([question])[0])
         # The BM25 index serves the scope's word coverage too, so it is used even without hybrid ranking.
         indexes = self._indexes.for_question(key, channel, state, pending, self._leaf_profile)
-        return _Found(retrieve_scoped(channel, state, query, settings, indexes), channel, state, list(sources.values()),
-                      indexes.tree or channel)
+        return _Found(retrieve_scoped(channel, state, query, settings, indexes), indexes.tree or channel, state,
+                      list(sources.values()))
 
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    """A question's retrieval, with the channel's store, served tree and sources it read: an
-    answer's check needs them again."""
+    """A question's retrieval, with what it searched the tree with, the served state and the
+    sources it read: an answer's check needs them again."""
 
     retrieved: Retrieved
-    channel: ChannelStore
+    tree: TreeQueries  # the served tree in memory where retrieval searched it there, else the channel's store
     state: TreeState | None
     sources: list[Source]
-    nodes: TreeQueries  # the served tree in memory, where retrieval searched it there
 
 
-def cited_evidence(channel: TreeQueries, state: TreeState | None, answer: Answer,
+def cited_evidence(tree: TreeQueries, state: TreeState | None, answer: Answer,
                    limit: int = EVIDENCE_LEAVES) -> dict[str, Evidence]:
     """The :class:`Evidence` of each node ``answer`` cites: a leaf's text; a summary's text and
     the excerpts beneath it (at most ``limit`` of them), read from tree ``state`` (the one
@@ -164,7 +163,7 @@ def cited_evidence(channel: TreeQueries, state: TreeState | None, answer: Answer
         if node.is_leaf:
             evidence[node.id] = Evidence(node.text)
             continue
-        beneath = _leaves_beneath(channel, state.version, node, limit) if state is not None else []
+        beneath = _leaves_beneath(tree, state.version, node, limit) if state is not None else []
         evidence[node.id] = Evidence(node.text, tuple(leaf.text for leaf in beneath), leaf=False)
     return evidence
 
@@ -210,7 +209,7 @@ def dated(answer: Answer, sources: Sequence[Source], changed: set[str], added: S
     return replace(answer, citations=tuple(marked(c) for c in answer.citations))
 
 
-def _leaves_beneath(channel: TreeQueries, version: int, summary: Node, limit: int) -> list[Node]:
+def _leaves_beneath(tree: TreeQueries, version: int, summary: Node, limit: int) -> list[Node]:
     """The leaves under ``summary`` in tree ``version``, at most ``limit``: one read per layer."""
     leaves: list[Node] = []
     frontier = list(summary.children)
@@ -219,7 +218,7 @@ def _leaves_beneath(channel: TreeQueries, version: int, summary: Node, limit: in
         wanted = [node_id for node_id in dict.fromkeys(frontier) if node_id not in seen]
         seen.update(wanted)
         frontier = []
-        for node in channel.get_nodes(version, wanted):
+        for node in tree.get_nodes(version, wanted):
             if node.is_leaf:
                 leaves.append(node)
             else:

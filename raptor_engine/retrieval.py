@@ -152,7 +152,7 @@ def retrieve_scoped(
         ranked = _merge_by_score(_by_score(_traverse(tree, state, vector, settings.per_layer)), fresh)
         return Retrieved(fill_budget(ranked, settings.budget, settings.top_k), scope)
     if settings.hybrid and indexes.lexical is not None:
-        words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if i not in summaries.nodes][:pool]
+        words = [(i, s) for i, s in indexes.lexical.top(query.text, pool * 2) if not summaries.is_summary(i)][:pool]
         leaves = _fuse(tree, state, indexes.fresh, query, leaves, words)
     if scope.kind is ScopeKind.DETAIL:
         return Retrieved(_collapsed(query, settings, scope, leaves, summaries), scope)

@@ -73,7 +73,7 @@ class TreeVectors:
         ``ids`` (unknown ones skipped) and those matching ``where`` when given. ``cosines``:
         :meth:`cosines` of ``vector`` when already computed."""
         candidates = self._candidates(where, ids)
-        if n <= 0 or not self.nodes or (candidates is not None and candidates.size == 0):
+        if n <= 0 or (candidates is not None and candidates.size == 0):
             return []
         if cosines is not None:
             scores = cosines if candidates is None else cosines[candidates]

@@ -50,7 +50,7 @@ class TreeStates:
         """The served state as stored (not healed), noting where it and the previous tree are.
         Parsed once per record read: every question reads it, and a remembered record is the
         same object until this process writes again (``write_clock.py``)."""
-        kept = self._at.remembered.get("state", self._read_stored_meta)
+        kept = self._kept_meta()
         if kept is None:
             return None
         parsed = self._parsed
@@ -66,10 +66,14 @@ class TreeStates:
         return state
 
     def _read_meta(self) -> dict[str, Any] | None:
-        """The state record as stored; every question reads it, so it is kept until this
-        process writes to the store again (``write_clock.py``)."""
-        kept = self._at.remembered.get("state", self._read_stored_meta)
+        """A copy of the state record as stored."""
+        kept = self._kept_meta()
         return dict(kept) if kept is not None else None
+
+    def _kept_meta(self) -> dict[str, Any] | None:
+        """The state record as stored; every question reads it, so it is kept until this
+        process writes to the store again (``write_clock.py``): not to be changed."""
+        return self._at.remembered.get("state", self._read_stored_meta)
 
     def _read_stored_meta(self) -> dict[str, Any] | None:
         with translated("reading the tree state"):
