@@ -47,11 +47,15 @@ from raptor_engine.protocols import Embedder
 from raptor_engine.scope import Scope
 from raptor_engine.types import Answer, Citation, Hit
 from raptor_engine.unfound import Judged, judge
+from raptor_engine.vector_cache import VectorCache
 
 NOT_FOUND = "I could not find anything about that in this channel's material."
 QUOTE_CHARS = 200
 _TOKEN = re.compile(r"\w+")
 _NO_EVIDENCE = np.zeros((0, 0), dtype=np.float32)
+# Sentences whose vectors an answerer keeps (about 6 MiB at 384 dimensions): questions in a channel
+# keep reaching the same passages, and embedding their sentences is nearly all of an answer's cost.
+SENTENCE_VECTORS_KEPT = 4096
 
 #: Told the question and how each of its lexically missing words was judged, for each
 #: answer that had any (``bench.answers`` measures the note with it).
@@ -108,6 +112,7 @@ class ExtractiveAnswerer:
         on_unfound: UnfoundObserver | None = None,
     ) -> None:
         self._embedder = embedder
+        self._sentence_vectors = VectorCache(embedder, SENTENCE_VECTORS_KEPT)
         self._settings = settings
         self._on_unfound = on_unfound
 
@@ -187,7 +192,7 @@ class ExtractiveAnswerer:
         # Embedded apart: a batch is padded to its longest text, and a summary is several
         # times longer than a sentence (one batch of both took 3.5 times as long).
         anchors = [self._embedder.embed([text])[0] for text in ([question, lead] if lead else [question])]
-        vectors = self._embedder.embed([s.text for s in candidates])
+        vectors = self._sentence_vectors.embed([s.text for s in candidates])
         evidence = np.vstack([vectors, *anchors[1:]])  # the question itself is no evidence
         scores = (vectors @ np.vstack(anchors).T).mean(axis=1)
         order = np.argsort(-scores, kind="stable")

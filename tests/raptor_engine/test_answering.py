@@ -16,6 +16,7 @@ from raptor_engine.engine import Engine
 from raptor_engine.scope import Scope, ScopeKind
 from raptor_engine.types import ChannelKey, Document, Hit, Node
 from tests.conftest import SAMPLE
+from tests.raptor_engine.test_vector_cache import Counting
 
 LIGHTHOUSE = """Harbour Point Lighthouse: the keepers' manual.
 
@@ -169,6 +170,23 @@ def test_a_broad_answer_quotes_the_leaves_closest_to_the_question_not_the_first_
     broad = Scope(breadth=0.8, kind=ScopeKind.OVERVIEW, answerable=True)
     answer = answerer.answer_now("Write a summary of this patent.", [summary, opening, central], broad)
     assert answer.found and "Water sprays" in answer.text and "priority" not in answer.text
+
+
+def test_a_second_question_over_the_same_passages_embeds_none_of_their_sentences_again(
+        embedder) -> None:  # type: ignore[no-untyped-def]
+    """Embedding the candidate sentences is nearly all of an offline answer's cost, and questions
+    in a channel keep reaching the same passages: their sentences are embedded once."""
+    counting = Counting(embedder)
+    answerer = ExtractiveAnswerer(counting)
+    hits = [leaf("a.1", "The stair has 132 steps. The lamp is lit at dusk by the night keeper.", "a", 0),
+            leaf("a.2", "Diesel for the generator is delivered on the first Monday of each month.", "a", 300)]
+    first = answerer.answer_now("How many steps does the stair have?", hits, DETAIL)
+    counting.asked.clear()
+    again = answerer.answer_now("How many steps does the stair have?", hits, DETAIL)
+    other = answerer.answer_now("When is diesel delivered?", hits, DETAIL)
+    assert again == first and "132 steps" in first.text and "first Monday" in other.text
+    # Only the questions themselves were embedded again: no sentence of the passages.
+    assert counting.asked == ["How many steps does the stair have?", "When is diesel delivered?"]
 
 
 def test_trim_keeps_whole_sentences_within_the_limit() -> None:
