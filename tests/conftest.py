@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,7 @@ from concurrent.futures import Executor
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,6 +29,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from raptor_engine.embedding import SentenceTransformerEmbedder  # noqa: E402
 from raptor_engine.engine import Engine, EngineSettings  # noqa: E402
+from raptor_engine.errors import ProviderError  # noqa: E402
 from raptor_engine.protocols import SupportJudge  # noqa: E402
 from raptor_engine.reclaim import chroma_command  # noqa: E402
 from raptor_engine.store import ChromaStore  # noqa: E402
@@ -89,6 +92,36 @@ def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
+
+
+class RecordingEmbedder:
+    """The session's real embedder, noting every call: the texts asked for (``asked``) and the
+    thread each call ran on (``threads``). With ``fail`` set, a call raises ``ProviderError``
+    as a model that is gone does, and notes nothing."""
+
+    def __init__(self, embedder: SentenceTransformerEmbedder) -> None:
+        self._embedder = embedder
+        self.asked: list[str] = []
+        self.threads: list[str] = []
+        self.fail = False
+
+    @property
+    def model_id(self) -> str:
+        return self._embedder.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._embedder.dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise ProviderError("the embedding model is gone")
+        self.asked += texts
+        self.threads.append(threading.current_thread().name)
+        return self._embedder.embed(texts)
+
+    def token_counter(self):  # type: ignore[no-untyped-def]
+        return self._embedder.token_counter()
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,7 @@ from raptor_engine.answering import (
 from raptor_engine.engine import Engine
 from raptor_engine.scope import Scope, ScopeKind
 from raptor_engine.types import ChannelKey, Document, Hit, Node
-from tests.conftest import SAMPLE
-from tests.raptor_engine.test_vector_cache import Counting
+from tests.conftest import SAMPLE, RecordingEmbedder
 
 LIGHTHOUSE = """Harbour Point Lighthouse: the keepers' manual.
 
@@ -176,7 +175,7 @@ def test_a_second_question_over_the_same_passages_embeds_none_of_their_sentences
         embedder) -> None:  # type: ignore[no-untyped-def]
     """Embedding the candidate sentences is nearly all of an offline answer's cost, and questions
     in a channel keep reaching the same passages: their sentences are embedded once."""
-    counting = Counting(embedder)
+    counting = RecordingEmbedder(embedder)
     answerer = ExtractiveAnswerer(counting)
     hits = [leaf("a.1", "The stair has 132 steps. The lamp is lit at dusk by the night keeper.", "a", 0),
             leaf("a.2", "Diesel for the generator is delivered on the first Monday of each month.", "a", 300)]

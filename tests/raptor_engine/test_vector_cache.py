@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -11,36 +10,13 @@ import pytest
 from raptor_engine.errors import ProviderError
 from raptor_engine.protocols import Embedder
 from raptor_engine.vector_cache import VectorCache
-
-
-class Counting:
-    """The real embedder, with every text it was asked to embed written down."""
-
-    def __init__(self, embedder: Embedder, fail: bool = False) -> None:
-        self._embedder = embedder
-        self.asked: list[str] = []
-        self.fail = fail
-
-    @property
-    def model_id(self) -> str:
-        return self._embedder.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self._embedder.dimension
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if self.fail:
-            raise ProviderError("the embedding model is gone")
-        self.asked += texts
-        return self._embedder.embed(texts)
-
+from tests.conftest import RecordingEmbedder
 
 SENTENCES = ["The lamp is lit at dusk.", "The stair has 132 steps.", "Diesel comes on Mondays."]
 
 
 def test_rows_are_the_embedders_in_the_order_asked_repeats_included(embedder: Embedder) -> None:
-    cache = VectorCache(Counting(embedder), 16)
+    cache = VectorCache(RecordingEmbedder(embedder), 16)
     asked = [SENTENCES[1], SENTENCES[0], SENTENCES[1]]
     rows = cache.embed(asked)
     direct = embedder.embed([SENTENCES[1], SENTENCES[0]])
@@ -49,7 +25,7 @@ def test_rows_are_the_embedders_in_the_order_asked_repeats_included(embedder: Em
 
 
 def test_a_text_asked_again_is_not_embedded_again(embedder: Embedder) -> None:
-    counting = Counting(embedder)
+    counting = RecordingEmbedder(embedder)
     cache = VectorCache(counting, 16)
     first = cache.embed(SENTENCES[:2])
     again = cache.embed([SENTENCES[1], SENTENCES[2], SENTENCES[0]])
@@ -59,7 +35,7 @@ def test_a_text_asked_again_is_not_embedded_again(embedder: Embedder) -> None:
 
 
 def test_the_least_recently_used_text_is_dropped_first(embedder: Embedder) -> None:
-    counting = Counting(embedder)
+    counting = RecordingEmbedder(embedder)
     cache = VectorCache(counting, 2)
     cache.embed(SENTENCES[:2])
     cache.embed([SENTENCES[0]])  # the first is used again: the second is now the oldest
@@ -71,13 +47,14 @@ def test_the_least_recently_used_text_is_dropped_first(embedder: Embedder) -> No
 
 
 def test_nothing_asked_gives_no_rows_and_embeds_nothing(embedder: Embedder) -> None:
-    counting = Counting(embedder)
+    counting = RecordingEmbedder(embedder)
     rows = VectorCache(counting, 4).embed([])
     assert rows.shape == (0, embedder.dimension) and counting.asked == []
 
 
 def test_a_failing_embedder_raises_and_keeps_nothing(embedder: Embedder) -> None:
-    counting = Counting(embedder, fail=True)
+    counting = RecordingEmbedder(embedder)
+    counting.fail = True
     cache = VectorCache(counting, 4)
     with pytest.raises(ProviderError):
         cache.embed(SENTENCES)
@@ -92,7 +69,7 @@ def test_a_cache_holds_at_least_one_text(embedder: Embedder) -> None:
 
 
 def test_threads_asking_at_once_get_the_same_rows(embedder: Embedder) -> None:
-    cache = VectorCache(Counting(embedder), 8)
+    cache = VectorCache(RecordingEmbedder(embedder), 8)
     expected = embedder.embed(SENTENCES)
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda _: cache.embed(SENTENCES), range(16)))
