@@ -320,16 +320,19 @@ def test_rebuild_cost_follows_the_change(store, embedder, channel: ChannelKey) -
     full = build(engine, everything)
     build(engine, channel)
     assert build(engine, channel).summaries_made == 0  # nothing changed: nothing asked of the summariser
-    engine.ingest(channel, Document(articles[4], "article 4"))
+    added = engine.ingest(channel, Document(articles[4], "article 4")).source.id
     grown = build(engine, channel)
     assert grown.nodes_per_layer == full.nodes_per_layer  # the same tree as building all five at once
-    assert grown.summaries_made <= 0.35 * full.summaries_made  # only the new subtree and the channel layers
     root = engine.top_nodes(channel, 1)[0]
     assert len(root.source_ids) == 5 and len(root.children) == 5  # one root over the five sources' roots
     stored = engine.store.channel(channel)
     state = stored.live_state()
     summaries = [n for layer in state.nodes_per_layer if layer for n in stored.list_layer(state.version, layer, 10**6)]
     assert [n.id for n in summaries if len(n.source_ids) > 1] == [root.id]  # below it, one source per subtree
+    # Only the new source's subtree and the channel's root are made; the four others' come from the cache.
+    # (A share of the full build's count, as before, hung on how the clustering split the new article.)
+    new_subtree = [n for n in summaries if n.source_ids == (added,)]
+    assert 0 < grown.summaries_made <= len(new_subtree) + 1 < full.summaries_made
 
 
 def test_a_failed_build_keeps_the_summaries_it_paid_for(store, embedder, channel: ChannelKey) -> None:  # type: ignore[no-untyped-def]
