@@ -56,7 +56,6 @@ from raptor_engine import (
     ChannelKey,
     ChromaStore,
     Document,
-    Embedder,
     Engine,
     EngineSettings,
     ExtractiveAnswerer,
@@ -65,11 +64,13 @@ from raptor_engine import (
 )
 from raptor_engine.chunking import sentences as sentences_of
 from raptor_engine.summarizing import DEFAULT_SUMMARY_TOKENS, ExtractiveSummarizer
+from raptor_engine.vector_cache import VectorCache
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PATENTS = DATA / "leval-patent-summ.jsonl"
 REVIEWS = DATA / "leval-review-summ.jsonl"
 TOP_TOKENS = 500
+EMBEDDED_TEXTS = 1_000_000  # kept by the embedder shared by both builds: more than they ever embed
 
 
 # -- the old selector, kept here as the baseline ------------------------------
@@ -203,29 +204,6 @@ def load_docs(path: Path, prefix: str, limit: int, with_gold: bool) -> list[Doc]
     return docs
 
 
-class CachingEmbedder:
-    """An ``Embedder`` that embeds each distinct text once across both builds (leaves are the same)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self._inner = inner
-        self._vectors: dict[str, np.ndarray] = {}
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self._inner.dimension
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        if missing:
-            for text, vector in zip(missing, self._inner.embed(missing), strict=True):
-                self._vectors[text] = vector
-        return np.stack([self._vectors[t] for t in texts]) if texts else self._inner.embed(texts)
-
-
 def build_tree(engine: Engine, doc: Doc) -> dict[int, list[Node]]:
     """Builds one document's tree in its own channel; its nodes by layer."""
     key = ChannelKey("bench", "summaries", doc.name)
@@ -288,7 +266,8 @@ def score_clusters(clusters: list[list[str]], summarizer: Any, counter: TokenCou
 def run(patents: int, reviews: int) -> dict[str, Any]:
     """Builds the trees, scores both selectors, prints the tables; returns the figures."""
     model = load_embedder()
-    embedder, counter = CachingEmbedder(model), model.token_counter()
+    # Both builds embed the same leaves: each distinct text once (far fewer than this many).
+    embedder, counter = VectorCache(model, EMBEDDED_TEXTS), model.token_counter()
     warm_up_clustering()
     selectors: dict[str, Any] = {
         "centrality (old)": CentralitySummarizer(counter),

@@ -17,8 +17,9 @@ from raptor_engine.protocols import Embedder
 
 
 class VectorCache:
-    """``embedder``'s vectors of the last ``size`` distinct texts asked for (least recently used
-    dropped first). Thread-safe: answers are computed on worker threads.
+    """An :class:`~raptor_engine.protocols.Embedder` giving ``embedder``'s vectors, keeping those
+    of the last ``size`` distinct texts asked for (least recently used dropped first).
+    Thread-safe: answers are computed on worker threads.
 
     A text's vector is the one computed when it was first embedded, in whatever batch it came
     in; the same text in another batch can differ from it in the last bits of its floats, as
@@ -33,6 +34,14 @@ class VectorCache:
         self._size = size
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._embedder.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._embedder.dimension
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One row per text, in order, as :meth:`Embedder.embed` gives them; the texts not kept

@@ -63,6 +63,12 @@ def test_a_failing_embedder_raises_and_keeps_nothing(embedder: Embedder) -> None
     assert cache.embed(SENTENCES).shape == (3, embedder.dimension)
 
 
+def test_a_cache_is_an_embedder_of_the_same_model(embedder: Embedder) -> None:
+    cache = VectorCache(embedder, 4)
+    assert isinstance(cache, Embedder)
+    assert (cache.model_id, cache.dimension) == (embedder.model_id, embedder.dimension)
+
+
 def test_a_cache_holds_at_least_one_text(embedder: Embedder) -> None:
     with pytest.raises(ValueError, match="at least one"):
         VectorCache(embedder, 0)
