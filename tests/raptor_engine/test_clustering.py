@@ -413,6 +413,87 @@ def test_bic_search_matches_the_exhaustive_search_on_clear_data() -> None:
     assert model is not None and model.n_components == 6
 
 
+def _few_points_in_many_dimensions(n: int, seed: int) -> np.ndarray:
+    """``n`` points in 10 dimensions around three centres: a local pass's shape (a UMAP
+    reduction of a global cluster of a dozen or two chunks)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-4, 4, size=(3, 10))
+    return centres[rng.integers(0, 3, n)] + 0.5 * rng.normal(size=(n, 10))
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "diag"])
+def test_bic_floor_is_below_every_fitted_bic(covariance_type: str) -> None:
+    for seed, n in ((31, 14), (32, 40), (33, 120)):
+        points = _few_points_in_many_dimensions(n, seed)
+        reg = mixtures._reg_covar(points)
+        for k in (1, 2, 3, 5, 8, min(13, n - 1)):
+            model = GaussianMixture(n_components=k, covariance_type=covariance_type, reg_covar=reg,
+                                    init_params="k-means++", random_state=224).fit(points)
+            assert mixtures._bic_floor(points, k, reg, covariance_type) <= model.bic(points)
+        # The floor rises with the size: past one that cannot win, none can.
+        floors = [mixtures._bic_floor(points, k, reg, covariance_type) for k in range(1, n)]
+        assert floors == sorted(floors)
+
+
+def _counting_fits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Records (covariance type, size) of every mixture sklearn fits from now on."""
+    fitted: list[tuple[str, int]] = []
+    original = GaussianMixture.fit
+
+    def fit(self: GaussianMixture, X: np.ndarray, y: object = None) -> GaussianMixture:
+        fitted.append((self.covariance_type, self.n_components))
+        return original(self, X, y)
+
+    monkeypatch.setattr(GaussianMixture, "fit", fit)
+    return fitted
+
+
+def test_bic_search_skips_sizes_that_cannot_win_and_still_finds_the_best(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 16 points in 10 dimensions: a full covariance costs 65 parameters a component, so
+    # BIC's penalty outgrows any likelihood after a few components.
+    points = _few_points_in_many_dimensions(16, 34)
+    reg = mixtures._reg_covar(points)
+    exhaustive = min(range(1, 16), key=lambda k: (mixtures._fit_mixture(points, k, reg, 224).bic(points), k))  # type: ignore[union-attr]
+    fitted = _counting_fits(monkeypatch)
+    model = mixtures.bic_search(points, 15, 224)
+    assert model is not None and model.n_components == exhaustive
+    assert len(fitted) < len(mixtures._coarse_grid(15))  # the grid alone has more sizes than were fitted
+    assert max(k for _, k in fitted) < 15
+
+
+def test_bic_search_after_a_diagonal_fallback_judges_sizes_by_the_diagonal_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Full covariances fail from two components on (sklearn's own failure, forced): the
+    # fits fall back to diagonal ones, which have fewer parameters and a lower floor, so
+    # sizes the full floor would rule out are fitted and the best diagonal size is found.
+    points = _few_points_in_many_dimensions(16, 35)
+    reg = mixtures._reg_covar(points)
+
+    def diagonal_bic(k: int) -> float:
+        return GaussianMixture(n_components=k, covariance_type="diag", reg_covar=reg, init_params="k-means++",
+                               random_state=224).fit(points).bic(points)
+
+    full_one = mixtures._fit_mixture(points, 1, reg, 224)
+    assert full_one is not None
+    scores = {1: full_one.bic(points)} | {k: diagonal_bic(k) for k in range(2, 16)}
+    best = min(scores, key=lambda k: (scores[k], k))
+    fitted = _counting_fits(monkeypatch)
+    original = GaussianMixture.fit  # the counting one
+
+    def full_fails(self: GaussianMixture, X: np.ndarray, y: object = None) -> GaussianMixture:
+        if self.covariance_type == "full" and self.n_components > 1:
+            raise np.linalg.LinAlgError("not positive definite")
+        return original(self, X, y)
+
+    monkeypatch.setattr(GaussianMixture, "fit", full_fails)
+    model = mixtures.bic_search(points, 15, 224)
+    assert model is not None and model.n_components == best
+    assert any(kind == "diag" for kind, _ in fitted)
+
+
 def test_first_component_split_contract() -> None:
     points, _ = _blobs(50, 2, seed=22)
     rows = np.arange(50, dtype=np.intp)
