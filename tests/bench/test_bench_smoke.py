@@ -70,11 +70,15 @@ def test_build_reports_stages_memory_and_targets(tmp_path: Path, capsys: pytest.
     assert build.main(["--sizes", "1", "--json", str(report)]) == 0
     out = capsys.readouterr().out
     for expected in ("One-time costs", "clustering.warm_up()", "Build per size", "rb:cluster",
-                     "total/embed-only", "peak RSS MiB", "== Targets ==", "2.5 GiB"):
+                     "total/embed-only", "fixed/embed-only", "peak RSS MiB", "== Targets ==", "2.5 GiB"):
         assert expected in out
     figures = json.loads(report.read_text())
     size = figures["sizes"][0]
     assert size["articles"] == 1 and size["leaves"] > 11 and size["tokens"] > 0
+    # The fixed part leaves out clustering and summarising: more than the leaves' embedding, less than the build.
+    assert size["summaries_embed_only_s"] > 0
+    assert size["ingest_embed_s"] < size["fixed_s"] < size["total_s"]
+    assert size["rebuild_cpu_s"] > 0 and "the rebuild's work:" in out
     assert figures["targets"]["judged_on_articles"] == 1
 
 
