@@ -244,7 +244,7 @@ def _covering(
     relevance += [scope.breadth / (RRF_K + rank + 1) for rank in range(len(pool) - len(leaves))]
     # Without an index (nothing of the channel indexed) the candidates' own words are counted.
     index = lexical or LexicalIndex([hit.node.id for hit in pool], [hit.node.text for hit in pool])
-    weights, words = _word_weights([index.columns_of(hit.node.text) for hit in pool], index.width, relevance,
+    weights, words = _word_weights([index.columns_of_node(hit.node.id, hit.node.text) for hit in pool], index.width, relevance,
                                    scope.breadth, lexical)
     chosen = _greedy_cover(pool, words, weights, settings)
     return [hit for hit in chosen if hit.node.layer > 0] + [hit for hit in chosen if hit.node.layer == 0]

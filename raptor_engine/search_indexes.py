@@ -197,8 +197,8 @@ class ChannelIndexes:
         missing = [sid for sid, cached in known.items() if cached is None]
         for sid, (chunks, vectors) in channel.cached_leaves(profile, missing).items() if missing else ():
             nodes = tuple(leaf_node(chunk, records[sid].title, records[sid].link) for chunk in chunks)
-            texts = titled([n.text for n in nodes], [n.title for n in nodes])
-            known[sid] = _Source(nodes, unit_rows(vectors), count_terms([n.id for n in nodes], texts))
+            counts = count_terms([n.id for n in nodes], [n.text for n in nodes], [n.title for n in nodes])
+            known[sid] = _Source(nodes, unit_rows(vectors), counts)
         with self._lock:
             for sid in missing:
                 if known[sid] is not None:
@@ -251,14 +251,9 @@ def _tree_of(channel: ChannelStore, state: TreeState, read: TreeVectors | None =
         titles = [node.title if node.layer == 0 else "" for node in read.nodes]
         above = [row for row, node in enumerate(read.nodes) if node.layer > 0]
         summaries = summary_map([read.nodes[row] for row in above], read.vectors[above]) if above else EMPTY_MAP
-    counts = count_terms(ids, titled(texts, titles) if len(set(titles) - {""}) > 1 else texts)
+    # A title counts where it tells sources apart (see the module docstring).
+    counts = count_terms(ids, texts, titles if len(set(titles) - {""}) > 1 else None)
     return _Tree((state.version, state.revision), counts, LexicalIndex.of_counts(counts), summaries)
-
-
-def titled(texts: Sequence[str], titles: Sequence[str]) -> list[str]:
-    """Each text with its title before it (row for row; an empty title adds nothing): what
-    BM25 counts for a leaf, where its title tells it apart from other sources' leaves."""
-    return [f"{title}\n{text}" if title else text for text, title in zip(texts, titles)]
 
 
 def load_summary_map(store: ChannelStore, state: TreeState) -> SummaryMap:

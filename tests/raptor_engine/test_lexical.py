@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raptor_engine.lexical import LexicalIndex
+from raptor_engine.lexical import LexicalIndex, count_terms, joined
 
 
 def test_rare_terms_rank_first_and_stop_words_score_nothing() -> None:
@@ -50,6 +50,18 @@ def test_a_texts_columns_are_its_indexed_words_in_order_and_frequencies_go_by_st
     words = ["checks", "valve", "pump"]
     assert index.stem_frequencies(np.asarray([index._vocabulary[w] for w in words])).tolist() == [1, 2, 1]
     assert index.frequencies(words) == [1, 2, 1]
+
+
+def test_a_nodes_columns_are_read_off_its_row_without_its_title() -> None:
+    ids, texts = ["a", "b"], ["Pressure of the pump, checked: pressure valve", "checking the gasket"]
+    index = LexicalIndex.of_counts(count_terms(ids, texts, ["Pump handbook", "Valve notes"]))
+    for node_id, text in zip(ids, texts):
+        assert sorted(index.columns_of_node(node_id, text).tolist()) == sorted(index.columns_of(text).tolist())
+    # Across joined counts too (a tree and a fresh source), and for a text the index does not hold.
+    both = LexicalIndex.of_counts(joined([count_terms(ids, texts, ["Pump handbook", "Valve notes"]),
+                                          count_terms(["f"], ["new torque figures"], ["Torque.md"])]))
+    for node_id, text in [*zip(ids, texts), ("f", "new torque figures"), ("unknown", "pump torque")]:
+        assert sorted(both.columns_of_node(node_id, text).tolist()) == sorted(both.columns_of(text).tolist())
 
 
 def test_scores_are_the_bm25_sum_over_the_query_words() -> None:

@@ -13,7 +13,8 @@ import asyncio
 import pytest
 
 from raptor_engine import Document
-from raptor_engine.search_indexes import ChannelIndexes, titled
+from raptor_engine.lexical import count_terms
+from raptor_engine.search_indexes import ChannelIndexes
 from raptor_engine.store import ChromaStore
 from raptor_engine.store.leaves import leaf_id
 from raptor_engine.types import ChannelKey
@@ -60,5 +61,14 @@ def test_a_one_document_tree_indexes_no_title_words(store: ChromaStore, embedder
     assert ChannelIndexes().tree(channel, one, state).lexical.frequencies(["kestrel"]) == [1]
 
 
-def test_titled_puts_each_title_before_its_text() -> None:
-    assert titled(["a text", "b text"], ["A.md", ""]) == ["A.md\na text", "b text"]
+def test_a_title_counts_as_if_it_stood_before_its_text_and_own_words_leave_it_out() -> None:
+    ids, texts, titles = ["a", "b", "c"], ["the pump leaks", "valve torque", "pump pump gasket"], ["Pump manual.md", "", "Valve log"]
+    counted = count_terms(ids, texts, titles)
+    as_one = count_terms(ids, ["Pump manual.md\nthe pump leaks", "valve torque", "Valve log\npump pump gasket"])
+    assert counted.vocabulary == as_one.vocabulary
+    assert (counted.counts != as_one.counts).nnz == 0  # the same numbers, column for column
+    word_of = {column: word for word, column in counted.vocabulary.items()}
+    assert [sorted(word_of[c] for c in counted.own[row].indices) for row in range(3)] == [
+        ["leaks", "pump"], ["torque", "valve"], ["gasket", "pump"]]
+    untitled = count_terms(ids, texts)
+    assert untitled.own is untitled.counts
