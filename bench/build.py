@@ -89,11 +89,21 @@ class SizeResult:
         return self.total_s / self.embed_only_s if self.embed_only_s else float("nan")
 
     @property
+    def ingestion_s(self) -> float:
+        """The ingestion's seconds: embedding, chunking and storing."""
+        return self.ingest_embed_s + self.ingest_other_s
+
+    @property
+    def rebuild_s(self) -> float:
+        """``Engine.rebuild``'s wall seconds: the build after its ingestion."""
+        return self.total_s - self.ingestion_s
+
+    @property
     def fixed_s(self) -> float:
         """The build's seconds with clustering and summarising costing nothing (see the module docstring)."""
         stages = self.rebuild_stages_s
         kept = sum(stages.get(stage, 0.0) for stage in ("load", "store", "index", "tidy"))
-        return self.ingest_embed_s + self.ingest_other_s + self.summaries_embed_only_s + kept
+        return self.ingestion_s + self.summaries_embed_only_s + kept
 
     @property
     def fixed_ratio(self) -> float:
@@ -102,7 +112,7 @@ class SizeResult:
     @property
     def rebuild_allowed_s(self) -> float:
         """The rebuild's wall seconds the ratio target leaves after this build's ingestion."""
-        return TARGET_RATIO * self.embed_only_s - (self.ingest_embed_s + self.ingest_other_s)
+        return TARGET_RATIO * self.embed_only_s - self.ingestion_s
 
     @property
     def ingest_ratio(self) -> float:
@@ -266,7 +276,7 @@ def target_lines(result: SizeResult, available: int, worker_mib: float) -> list[
     work = (
         f"the rebuild's work: {result.rebuild_cpu_s:.1f} CPU s (this process and the clustering worker), "
         f"at least {result.rebuild_cpu_s / cores:.1f} s on {cores} cores however scheduled; it took "
-        f"{result.total_s - result.ingest_embed_s - result.ingest_other_s:.1f} s, and the ratio target leaves it "
+        f"{result.rebuild_s:.1f} s, and the ratio target leaves it "
         f"{result.rebuild_allowed_s:.1f} s after this ingestion"
     )
     return [ratio, work, memory]
